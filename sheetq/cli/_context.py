@@ -1,0 +1,73 @@
+"""What every command needs: settings, the store, the clock. Built on first use."""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from sheetq.clock import Clock, FakeClock, SystemClock
+from sheetq.errors import ConfigError
+
+if TYPE_CHECKING:
+    from sheetq.config import Settings
+    from sheetq.store.base import Store
+
+
+@dataclass
+class Context:
+    spreadsheet: str | None = None
+    config: str | None = None
+    verbose: int = 0
+    _settings: Settings | None = None
+    _store: Store | None = None
+    _clock: Clock | None = None
+    stores: list[Store] = field(default_factory=list)
+
+    def settings(self, *, require_spreadsheet: bool = True) -> Settings:
+        if self._settings is None or (require_spreadsheet and not self._settings.spreadsheet):
+            from sheetq.config import load_settings
+
+            self._settings = load_settings(spreadsheet=self.spreadsheet, config=self.config,
+                                           require_spreadsheet=require_spreadsheet)
+        return self._settings
+
+    def store(self, *, create: bool = False) -> Store:
+        if self._store is None:
+            from sheetq.store import open_store
+
+            self._store = open_store(self.settings(), create=create)
+            self.stores.append(self._store)
+        return self._store
+
+    def clock(self) -> Clock:
+        if self._clock is None:
+            self._clock = clock_from_env()
+        return self._clock
+
+    def rng(self) -> random.Random:
+        seed = os.environ.get("SHEETQ_SEED")
+        return random.Random(int(seed)) if seed and seed.isdigit() else random.Random()
+
+    def close(self) -> None:
+        for store in self.stores:
+            store.close()
+        self.stores.clear()
+
+
+def clock_from_env() -> Clock:
+    """``SHEETQ_NOW`` (ISO 8601, UTC if no offset) freezes the clock: for replaying and tests."""
+    fixed = os.environ.get("SHEETQ_NOW", "").strip()
+    if not fixed:
+        return SystemClock()
+    try:
+        when = datetime.fromisoformat(fixed)
+    except ValueError:
+        raise ConfigError(f"SHEETQ_NOW: expected an ISO 8601 time, got {fixed!r}") from None
+    if when.tzinfo is None:
+        from datetime import UTC
+
+        when = when.replace(tzinfo=UTC)
+    return FakeClock(when)

@@ -1,0 +1,74 @@
+"""Output: rich on a terminal, plain text when piped, ``--json`` alone on stdout.
+
+Diagnostics always go to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+
+_out: Console | None = None
+_err: Console | None = None
+
+
+def out() -> Console:
+    global _out
+    if _out is None:
+        _out = Console(highlight=False, soft_wrap=True)
+    return _out
+
+
+def err() -> Console:
+    global _err
+    if _err is None:
+        _err = Console(stderr=True, highlight=False, soft_wrap=True)
+    return _err
+
+
+def echo(text: str) -> None:
+    """A plain line on stdout (no markup interpretation)."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def warn(text: str) -> None:
+    """A diagnostic line on stderr."""
+    sys.stderr.write(f"sheetq: {text}\n")
+    sys.stderr.flush()
+
+
+def emit_json(doc: Any) -> None:
+    """The one JSON document of a ``--json`` command."""
+    sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=None, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any]],
+          *, justify_right: Sequence[int] = ()) -> None:
+    """A table: rich on a terminal, tab-free aligned text when piped."""
+    console = out()
+    cells = [["" if v is None else str(v) for v in row] for row in rows]
+    if console.is_terminal:
+        from rich.table import Table
+
+        t = Table(title=title or None, title_justify="left", show_edge=False, pad_edge=False)
+        for index, name in enumerate(headers):
+            t.add_column(name, justify="right" if index in justify_right else "left",
+                         overflow="fold")
+        for row in cells:
+            t.add_row(*row)
+        console.print(t)
+        return
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    if title:
+        echo(title)
+    echo("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
+    for row in cells:
+        echo("  ".join(
+            (c.rjust(w) if i in justify_right else c.ljust(w))
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))).rstrip())

@@ -1,0 +1,147 @@
+"""The ``sheetq`` command: options shared by every command, and the one error boundary.
+
+Exit codes (DESIGN.md §4): 0 success (including an identical duplicate),
+1 runtime failure, 2 usage / input / configuration error, 3 idempotency conflict.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Annotated
+
+import typer
+
+from sheetq import __version__
+from sheetq.cli import inspect, manage
+from sheetq.cli._context import Context
+from sheetq.cli.enqueue import enqueue
+from sheetq.cli.process import process
+from sheetq.errors import EXIT_FAILURE, EXIT_USAGE, SheetqError
+
+app = typer.Typer(
+    name="sheetq",
+    help="A job queue in a spreadsheet: idempotent enqueue, retries with backoff, leases, an "
+    "audit log, and Telegram alerts when tasks fail.\n\n"
+    "Set SHEETQ_SPREADSHEET to a Google Sheets URL or key, or to local:PATH for the embedded "
+    "SQLite workbook. Try `sheetq demo`.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    pretty_exceptions_show_locals=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    rich_markup_mode=None,
+)
+state = Context()
+
+
+def _version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"sheetq {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    spreadsheet: Annotated[str | None, typer.Option(
+        "--spreadsheet", "-S", envvar="SHEETQ_SPREADSHEET", show_envvar=True,
+        help="Google Sheets URL or key, or local:PATH.")] = None,
+    config: Annotated[str | None, typer.Option(
+        "--config", "-c", envvar="SHEETQ_CONFIG", show_envvar=True,
+        help="Configuration file (default ./sheetq.toml).")] = None,
+    verbose: Annotated[int, typer.Option(
+        "--verbose", "-v", count=True, help="More detail on stderr (-vv for debug).")] = 0,
+    version: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True, help="Print the version.")] = False,
+) -> None:
+    state.spreadsheet = spreadsheet
+    state.config = config
+    state.verbose = verbose
+    _logging(verbose)
+
+
+def _logging(verbose: int) -> None:
+    from sheetq.logs import configure
+
+    configure(verbose)
+
+
+app.command()(enqueue)
+app.command()(process)
+app.command()(inspect.status)
+app.command(name="list")(inspect.list_rows)
+app.command()(inspect.show)
+app.command()(manage.requeue)
+app.command()(manage.skip)
+app.command()(manage.init)
+
+
+def _register_lazy() -> None:
+    from sheetq.cli import alert, archive, demo, doctor, stats
+
+    app.command()(archive.archive)
+    app.command()(stats.stats)
+    app.command()(alert.alert)
+    app.command()(doctor.doctor)
+    app.command()(demo.demo)
+
+
+_register_lazy()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``sheetq`` console script; returns (and exits with) the exit code."""
+    from dotenv import load_dotenv
+
+    load_dotenv(".env", override=False)
+    code = 0
+    try:
+        result = app(args=argv, prog_name="sheetq", standalone_mode=False)
+        code = result if isinstance(result, int) else 0
+    except typer.Exit as exc:
+        code = exc.exit_code
+    except typer.Abort:
+        sys.stderr.write("sheetq: aborted\n")
+        code = EXIT_FAILURE
+    except SheetqError as exc:
+        sys.stderr.write(f"sheetq: error: {exc.message}\n")
+        code = exc.exit_code
+    except KeyboardInterrupt:
+        sys.stderr.write("sheetq: interrupted\n")
+        code = 130
+    except Exception as exc:  # the one boundary: Click usage errors and unexpected failures
+        code = _unexpected(exc)
+    finally:
+        state.close()
+    if argv is None:
+        sys.exit(code)
+    return code
+
+
+def _unexpected(exc: Exception) -> int:
+    usage = getattr(exc, "format_message", None)
+    if usage is not None and hasattr(exc, "exit_code"):
+        ctx = getattr(exc, "ctx", None)
+        where = ctx.command_path if ctx is not None else "sheetq"
+        sys.stderr.write(f"{where}: error: {usage()} (see `{where} --help`)\n")
+        return int(getattr(exc, "exit_code", EXIT_USAGE))
+    from sheetq.redact import redact
+
+    logging.getLogger("sheetq").debug("unexpected error", exc_info=exc)
+    text = redact(f"{type(exc).__name__}: {exc}", secrets=_secrets())
+    sys.stderr.write(f"sheetq: unexpected error: {text}\n")
+    if state.verbose:
+        import traceback
+
+        sys.stderr.write(redact("".join(traceback.format_exception(exc)), secrets=_secrets()))
+    return EXIT_FAILURE
+
+
+def _secrets() -> list[str]:
+    import os
+
+    return [os.environ.get("TELEGRAM_BOT_TOKEN", "")]
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

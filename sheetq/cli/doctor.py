@@ -1,0 +1,19 @@
+"""``sheetq doctor``: check configuration, credentials, access, headers, Telegram."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from sheetq.errors import SheetqError
+
+
+def doctor() -> None:
+    """Check configuration, credentials, spreadsheet access, headers and Telegram.
+
+    Example:
+
+      sheetq doctor
+    """
+    raise SheetqError("doctor: not built yet")

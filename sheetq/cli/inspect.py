@@ -1,0 +1,194 @@
+"""``sheetq status``, ``list`` and ``show``: read-only views of the queue."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Annotated, Any
+
+import typer
+
+from sheetq.cli._output import echo, emit_json, table
+from sheetq.errors import UsageError
+
+STATUS_ORDER = ("pending", "processing", "retry", "done", "failed", "skipped")
+
+
+def status(
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+) -> None:
+    """Counts by status × type, oldest waiting age, due retries, owed alerts.
+
+    Examples:
+
+      sheetq status
+
+      sheetq status --json | jq .counts.failed
+    """
+    from sheetq.cli.app import state
+    from sheetq.model import Status
+    from sheetq.queue import STATUS_COLUMNS, parse_rows
+    from sheetq.runner import check_schema
+    from sheetq.store.base import Read
+    from sheetq.times import format_duration, zone
+
+    settings = state.settings()
+    store = state.store()
+    info = store.open()
+    check_schema(info, settings)
+    (snap,) = store.read([Read(settings.queue_sheet, STATUS_COLUMNS)])
+    rows = parse_rows(snap.rows, zone(info.time_zone), info.locale)
+    now = state.clock().now()
+    counts: Counter[str] = Counter()
+    by_type: dict[str, Counter[str]] = defaultdict(Counter)
+    oldest = None
+    due = owed = unrecognised = without_handler = 0
+    for row in rows:
+        if row.status is None:
+            unrecognised += 1
+            continue
+        name = str(row.status)
+        counts[name] += 1
+        by_type[row.type or "(empty)"][name] += 1
+        if row.status in (Status.PENDING, Status.RETRY):
+            created = row.created
+            if created is not None:
+                age = (now - created).total_seconds()
+                oldest = age if oldest is None else max(oldest, age)
+            if settings.type_config(row.type).handler is None:
+                without_handler += 1
+            when = row.next_retry_at
+            if row.status is Status.RETRY and (when is None or not hasattr(when, "tzinfo")
+                                               or when <= now):
+                due += 1
+        if row.status is Status.FAILED and not row.alerted_at:
+            owed += 1
+    if as_json:
+        emit_json({
+            "counts": {s: counts.get(s, 0) for s in STATUS_ORDER},
+            "by_type": {t: {s: c.get(s, 0) for s in STATUS_ORDER} for t, c in sorted(by_type.items())},
+            "oldest_waiting_seconds": None if oldest is None else round(oldest),
+            "due_retries": due, "owed_alerts": owed, "unrecognised": unrecognised,
+            "without_handler": without_handler, "total": len(rows),
+        })
+        return
+    body = [[t] + [c.get(s, 0) or "" for s in STATUS_ORDER] + [sum(c.values())]
+            for t, c in sorted(by_type.items())]
+    body.append(["all"] + [counts.get(s, 0) for s in STATUS_ORDER] + [sum(counts.values())])
+    table(f"{settings.queue_sheet} in {info.title}", ["type", *STATUS_ORDER, "total"], body,
+          justify_right=tuple(range(1, len(STATUS_ORDER) + 2)))
+    facts = [f"oldest waiting: {format_duration(oldest) if oldest is not None else '-'}",
+             f"due retries: {due}", f"failed not yet alerted: {owed}"]
+    if unrecognised:
+        facts.append(f"unrecognised statuses: {unrecognised}")
+    if without_handler:
+        facts.append(f"waiting without a handler: {without_handler}")
+    echo("; ".join(facts))
+
+
+def _row_doc(row: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {"row": row.number}
+    doc.update({k: ("" if v is None else v) for k, v in row.values.items()})
+    return doc
+
+
+def list_rows(
+    status_filter: Annotated[list[str] | None, typer.Option(
+        "--status", "-s", help="Only rows with this status (repeatable).")] = None,
+    types: Annotated[list[str] | None, typer.Option(
+        "--type", "-t", help="Only rows of this type (repeatable).")] = None,
+    limit: Annotated[int, typer.Option("--limit", min=0, help="At most this many rows "
+                                       "(0: all).")] = 50,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+) -> None:
+    """The matching Queue rows, in sheet order.
+
+    Examples:
+
+      sheetq list --status failed
+
+      sheetq list --type lead --status retry --json
+    """
+    from sheetq.cli.app import state
+    from sheetq.model import Status
+    from sheetq.runner import check_schema
+    from sheetq.store.base import Read
+
+    wanted = set()
+    for value in status_filter or ():
+        parsed = Status.parse(value)
+        if parsed is None:
+            raise UsageError(f"--status {value!r}: expected one of {', '.join(STATUS_ORDER)}")
+        wanted.add(parsed)
+    settings = state.settings()
+    store = state.store()
+    check_schema(store.open(), settings)
+    (snap,) = store.read([Read(settings.queue_sheet)])
+    picked = [r for r in snap.rows if r.text("task_id")
+              and (not wanted or Status.parse(r.text("status")) in wanted)
+              and (not types or r.text("type") in types)]
+    if limit:
+        picked = picked[:limit]
+    if as_json:
+        emit_json({"rows": [_row_doc(r) for r in picked]})
+        return
+    columns = ["task_id", "type", "status", "retry_count", "next_retry_at", "error_class",
+               "last_error", "created_at"]
+    table("", ["row", *columns],
+          [[r.number] + [_short(r.text(c), 60) for c in columns] for r in picked],
+          justify_right=(0, 4))
+    echo(f"{len(picked)} row(s)")
+
+
+def _short(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def show(
+    task_id: Annotated[str, typer.Argument(help="The task id (t_…).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+) -> None:
+    """One task's row (in Queue or QueueArchive) and its QueueLog history.
+
+    Example:
+
+      sheetq show t_01JDF3K4Z8Q9W2E5R7T1Y3U6I0
+    """
+    from sheetq.cli.app import state
+    from sheetq.runner import check_schema
+    from sheetq.store.base import Read
+
+    settings = state.settings()
+    store = state.store()
+    info = store.open()
+    check_schema(info, settings)
+    reads = [Read(settings.queue_sheet), Read(settings.log_sheet)]
+    has_archive = settings.archive_sheet in info.sheets
+    if has_archive:
+        reads.append(Read(settings.archive_sheet))
+    snaps = store.read(reads)
+    found = [(settings.queue_sheet, r) for r in snaps[0].rows if r.text("task_id") == task_id]
+    if has_archive:
+        found += [(settings.archive_sheet, r) for r in snaps[2].rows
+                  if r.text("task_id") == task_id]
+    history = [r for r in snaps[1].rows if r.text("task_id") == task_id]
+    if not found and not history:
+        raise UsageError(f"no task {task_id!r} in {settings.queue_sheet}, "
+                         f"{settings.archive_sheet} or {settings.log_sheet}")
+    if as_json:
+        rows = []
+        for sheet, row in found:
+            doc = _row_doc(row)
+            if sheet != settings.queue_sheet:
+                doc["worksheet"] = sheet
+            rows.append(doc)
+        emit_json({"rows": rows, "log": [_row_doc(r) for r in history]})
+        return
+    for sheet, row in found:
+        table(f"{task_id} — {sheet} row {row.number}", ["column", "value"],
+              [[k, "" if v is None else v] for k, v in row.values.items()])
+    if not found:
+        echo(f"{task_id}: not in {settings.queue_sheet} (a person may have deleted the row)")
+    table("history", ["ts", "event", "status", "retry_count", "duration_ms", "message"],
+          [[r.text("ts"), r.text("event"), r.text("status"), r.text("retry_count"),
+            r.text("duration_ms"), r.text("message")] for r in history])

@@ -1,0 +1,175 @@
+"""``sheetq init``, ``requeue`` and ``skip``: setting up and steering the queue."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from sheetq.cli._output import echo, emit_json, table, warn
+from sheetq.errors import UsageError
+
+
+def init(
+    fmt: Annotated[bool, typer.Option(
+        "--format/--no-format", help="Freeze the header, add the status drop-down, colours and "
+        "protection (Google only).")] = True,
+    dashboard: Annotated[bool, typer.Option(
+        "--dashboard", help="Also build a Dashboard worksheet of live formulas (Google).")] = False,
+) -> None:
+    """Create or adopt the Queue, QueueLog and QueueArchive worksheets. Never destroys data.
+
+    Missing columns are added at the end; a sheet in the original nine-column layout is
+    adopted (payload_hash, and where empty idempotency_key, created_at and task_id, are
+    filled so old rows deduplicate like new ones). A manager's own columns are kept.
+
+    Examples:
+
+      SHEETQ_SPREADSHEET=local:sheetq.db sheetq init
+
+      sheetq init --dashboard
+    """
+    from sheetq.cli.app import state
+    from sheetq.adopt import adopt_rows
+    from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS
+
+    settings = state.settings()
+    store = state.store(create=True)
+    added = store.ensure_worksheets({
+        settings.queue_sheet: QUEUE_COLUMNS,
+        settings.log_sheet: LOG_COLUMNS,
+        settings.archive_sheet: QUEUE_COLUMNS,
+    })
+    info = store.open()
+    for title in (settings.queue_sheet, settings.log_sheet, settings.archive_sheet):
+        info.sheet(title).columns(QUEUE_COLUMNS if title != settings.log_sheet else LOG_COLUMNS)
+    for title, columns in added.items():
+        echo(f"{title}: added column(s) {', '.join(columns)}")
+    report = adopt_rows(store, info, settings, now=state.clock().now())
+    for line in report:
+        echo(line)
+    if fmt:
+        for line in store.format_worksheets(settings.queue_sheet, settings.log_sheet,
+                                            settings.archive_sheet):
+            echo(line)
+    if dashboard:
+        from sheetq.dashboard import build_dashboard
+
+        for line in build_dashboard(store, settings):
+            echo(line)
+    if not added and not report:
+        echo(f"{info.title}: {settings.queue_sheet}, {settings.log_sheet} and "
+             f"{settings.archive_sheet} are ready")
+    else:
+        echo(f"{info.title}: ready")
+
+
+def requeue(
+    task_ids: Annotated[list[str] | None, typer.Option(
+        "--task", help="This task (repeatable).")] = None,
+    statuses: Annotated[list[str] | None, typer.Option(
+        "--status", help="Rows with this status (repeatable; default failed).")] = None,
+    types: Annotated[list[str] | None, typer.Option(
+        "--type", "-t", help="Only this type (repeatable).")] = None,
+    error_classes: Annotated[list[str] | None, typer.Option(
+        "--error-class", help="Only this error class (repeatable).")] = None,
+    reset_attempts: Annotated[bool, typer.Option(
+        "--reset-attempts", help="Start counting attempts from zero again.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="List; change nothing.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+) -> None:
+    """Send rows back to pending: the dead-letter redrive. Each is logged as requeued.
+
+    Examples:
+
+      sheetq requeue --type lead --error-class auth
+
+      sheetq requeue --task t_01JDF3K4Z8Q9W2E5R7T1Y3U6I0 --reset-attempts
+    """
+    from sheetq.model import ErrorClass, Status
+    from sheetq.queue import plan_requeue
+
+    wanted = _statuses(statuses) if statuses else ([] if task_ids else [Status.FAILED])
+    for value in error_classes or ():
+        if value not in {e.value for e in ErrorClass}:
+            raise UsageError(f"--error-class {value!r}: expected one of "
+                             f"{', '.join(e.value for e in ErrorClass)}")
+    _change(
+        "requeue",
+        lambda rows, settings, now: plan_requeue(
+            rows, settings=settings, now=now, task_ids=task_ids or (), statuses=wanted,
+            types=types or (), error_classes=error_classes or (), reset_attempts=reset_attempts),
+        task_ids=task_ids or (), dry_run=dry_run, as_json=as_json,
+    )
+
+
+def skip(
+    task_ids: Annotated[list[str], typer.Option("--task", help="This task (repeatable).")],
+    reason: Annotated[str, typer.Option("--reason", help="Why, for the log.")] = "",
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="List; change nothing.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+) -> None:
+    """Mark tasks skipped: they will not run. Logged with the reason.
+
+    Example:
+
+      sheetq skip --task t_01JDF3K4Z8Q9W2E5R7T1Y3U6I0 --reason "customer called, done by hand"
+    """
+    from sheetq.queue import plan_skip
+
+    _change(
+        "skip",
+        lambda rows, settings, now: plan_skip(rows, settings=settings, now=now,
+                                              task_ids=task_ids, reason=reason),
+        task_ids=task_ids, dry_run=dry_run, as_json=as_json,
+    )
+
+
+def _statuses(values: list[str]) -> list[object]:
+    from sheetq.model import Status
+
+    out = []
+    for value in values:
+        parsed = Status.parse(value)
+        if parsed is None:
+            raise UsageError(f"--status {value!r}: expected one of "
+                             f"{', '.join(s.value for s in Status)}")
+        out.append(parsed)
+    return out
+
+
+def _change(verb: str, plan, *, task_ids, dry_run: bool, as_json: bool) -> None:  # type: ignore[no-untyped-def]
+    from sheetq.cli.app import state
+    from sheetq.queue import SCAN_COLUMNS, parse_rows
+    from sheetq.runner import check_schema
+    from sheetq.store.base import Read
+    from sheetq.times import zone
+
+    settings = state.settings()
+    store = state.store()
+    info = store.open()
+    check_schema(info, settings)
+    (snap,) = store.read([Read(settings.queue_sheet, SCAN_COLUMNS)])
+    rows = parse_rows(snap.rows, zone(info.time_zone), info.locale)
+    picked, changes = plan(rows, settings, state.clock().now())
+    unknown = sorted(set(task_ids) - {r.task_id for r in rows})
+    refused = sorted(set(task_ids) - set(unknown) - {r.task_id for r in picked})
+    if not dry_run and changes:
+        result = store.apply(changes)
+        gone = set(result.missing)
+        picked = [r for r in picked if r.task_id not in gone]
+    done_word = {"requeue": "requeued", "skip": "skipped"}[verb]
+    if as_json:
+        emit_json({done_word: len(picked), "dry_run": dry_run, "task_ids": [r.task_id for r in picked],
+                   "not_found": unknown, "refused": refused})
+    else:
+        if picked:
+            table("", ["task_id", "type", "status", "retry_count", "error_class"],
+                  [[r.task_id, r.type, r.status_text, r.retry_count, r.error_class] for r in picked])
+        echo(f"{'would be ' if dry_run else ''}{done_word}: {len(picked)}")
+    for task_id in unknown:
+        warn(f"{task_id}: no such task in {settings.queue_sheet}")
+    for task_id in refused:
+        warn(f"{task_id}: not changed (it is processing, or already finished)")
+    if unknown and not picked:
+        raise typer.Exit(2)

@@ -1,0 +1,107 @@
+"""``sheetq process``: claim batches and run them (DESIGN.md §5). Called from cron."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from sheetq.cli._output import echo, emit_json, err, warn
+from sheetq.errors import UsageError
+
+
+def process(
+    batch_size: Annotated[int | None, typer.Option(
+        "--batch-size", "-n", min=1, max=1000,
+        help="Tasks claimed per batch (default 10, or [queue].batch_size).")] = None,
+    max_batches: Annotated[int | None, typer.Option(
+        "--max-batches", min=1, help="Stop after this many batches (default 1).")] = None,
+    until_empty: Annotated[bool, typer.Option(
+        "--until-empty", help="Keep claiming batches until nothing is due.")] = False,
+    max_runtime: Annotated[str | None, typer.Option(
+        "--max-runtime", help="Claim no new batch after this long (e.g. 50s for a per-minute "
+        "cron); unstarted tasks are released.")] = None,
+    types: Annotated[list[str] | None, typer.Option(
+        "--type", "-t", help="Only these task types (repeatable).")] = None,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Show what would be claimed; change nothing.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+    quiet: Annotated[bool, typer.Option(
+        "--quiet", "-q", help="Print nothing unless the run itself breaks.")] = False,
+) -> None:
+    """Claim due tasks oldest-first, run their handlers, record results and alert failures.
+
+    Exit 0 when the run completed, even if tasks failed (a failed task is data, visible in
+    the sheet and alerted); exit 1 when the run itself broke. Another run holding the queue:
+    one line, exit 0.
+
+    Examples:
+
+      sheetq process
+
+      sheetq process --until-empty --max-runtime 50s -q
+
+      sheetq process --type lead --batch-size 50 --json
+    """
+    from sheetq.cli.app import state
+    from sheetq.runner import RunOptions, Runner, summary_line
+    from sheetq.times import parse_duration
+
+    if until_empty and max_batches is not None:
+        raise UsageError("give --max-batches or --until-empty, not both")
+    runtime = None
+    if max_runtime is not None:
+        try:
+            runtime = parse_duration(max_runtime, what="--max-runtime")
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    settings = state.settings()
+    options = RunOptions(
+        batch_size=batch_size or settings.batch_size,
+        max_batches=None if until_empty else (max_batches or 1),
+        max_runtime=runtime,
+        types=tuple(types or ()),
+        dry_run=dry_run,
+    )
+    notifier = None
+    if not dry_run and settings.telegram.enabled:
+        from sheetq.alerts import make_notifier
+
+        notifier = make_notifier(settings, verbose=state.verbose)
+    store = state.store()
+    show_progress = not (as_json or quiet) and err().is_terminal
+    runner = Runner(store, settings, clock=state.clock(), rng=state.rng(), notifier=notifier,
+                    on_progress=(lambda msg: err().print(f"[dim]running {msg}[/dim]"))
+                    if show_progress else None)
+    summary = runner.run(options)
+    if not quiet:
+        for note in summary.notes:
+            warn(note)
+        if not dry_run and not settings.telegram.enabled and not summary.locked:
+            missing = "TELEGRAM_BOT_TOKEN" if not settings.telegram.token else "TELEGRAM_CHAT_ID"
+            warn(f"alerts are off: {missing} is not set; failed rows stay owed in the sheet")
+    if as_json:
+        emit_json(summary.as_json())
+        return
+    if quiet:
+        return
+    if dry_run:
+        from sheetq.cli._output import table
+
+        if summary.locked:
+            echo(summary_line(summary))
+            return
+        rows = [(w["task_id"], w["type"], w["status"], w["attempt"], w["row"])
+                for w in summary.would_claim]
+        table("would claim (dry run, nothing changed)", ["task_id", "type", "status", "attempt",
+                                                          "row"], rows, justify_right=(3, 4))
+        extra = [f"{n} {k}" for k, n in (("recovered", summary.recovered),
+                                         ("expired", summary.expired),
+                                         ("requeued", summary.requeued),
+                                         ("skipped as duplicates", summary.skipped)) if n]
+        waiting = sum(summary.without_handler.values())
+        if waiting:
+            extra.append(f"{waiting} waiting without handler")
+        echo(f"{len(rows)} would be claimed" + (f"; also {', '.join(extra)}" if extra else ""))
+        return
+    echo(summary_line(summary))

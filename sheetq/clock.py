@@ -1,0 +1,71 @@
+"""Time, injected: the queue logic never calls ``datetime.now`` itself.
+
+All datetimes are timezone-aware UTC. ``monotonic`` and ``sleep`` are in seconds.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+
+class Clock(Protocol):
+    def now(self) -> datetime:
+        """The current time, timezone-aware UTC."""
+        ...
+
+    def monotonic(self) -> float:
+        """Seconds from an arbitrary origin; never goes back."""
+        ...
+
+    def sleep(self, seconds: float) -> None:
+        """Wait ``seconds``."""
+        ...
+
+
+class SystemClock:
+    """The real clock."""
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            time.sleep(seconds)
+
+
+class FakeClock:
+    """A clock that only moves when told to; ``sleep`` advances it at once.
+
+    Used by tests and by ``sheetq demo``; the CLI uses it when ``SHEETQ_NOW``
+    (ISO 8601) is set, to replay a run at a fixed time.
+    """
+
+    def __init__(self, start: datetime | None = None) -> None:
+        start = start or datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+        if start.tzinfo is None:
+            raise ValueError("FakeClock needs an aware datetime")
+        self._now = start.astimezone(UTC)
+        self._mono = 0.0
+
+    def now(self) -> datetime:
+        return self._now
+
+    def monotonic(self) -> float:
+        return self._mono
+
+    def sleep(self, seconds: float) -> None:
+        self.advance(max(0.0, seconds))
+
+    def advance(self, seconds: float) -> None:
+        self._now += timedelta(seconds=seconds)
+        self._mono += seconds
+
+    def set(self, when: datetime) -> None:
+        delta = (when - self._now).total_seconds()
+        self._now = when.astimezone(UTC)
+        self._mono += max(0.0, delta)

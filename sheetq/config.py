@@ -1,0 +1,410 @@
+"""``sheetq.toml`` + environment + ``.env`` → frozen settings (DESIGN.md §7).
+
+Precedence: command-line flag, then environment variable, then
+``sheetq.toml``, then the default. ``${VAR}`` in handler strings is expanded
+when the handler is built, so a missing secret only stops its own type
+(error class ``config``), not ``enqueue`` on a webhook host.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import shlex
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from sheetq.errors import ConfigError
+from sheetq.retry import RetryPolicy
+from sheetq.times import parse_duration
+
+DEFAULT_CONFIG = "sheetq.toml"
+ON_UNKNOWN = ("retry", "reconcile", "fail")
+
+_POLICY_KEYS = {"max_attempts", "backoff", "jitter", "timeout", "lease", "max_age",
+                "breaker_threshold"}
+_DEFAULT_KEYS = _POLICY_KEYS | {"redact_fields", "owner"}
+_TYPE_KEYS = _DEFAULT_KEYS | {"command", "http", "python", "key_fields", "idempotent",
+                              "on_unknown", "reconcile", "rate_limit", "env", "cwd"}
+_QUEUE_KEYS = {"spreadsheet", "queue_sheet", "log_sheet", "archive_sheet", "lock_dir",
+               "batch_size"}
+_TELEGRAM_KEYS = {"chat_id", "thread_id", "template", "api_url"}
+_TOP_KEYS = {"queue", "defaults", "types", "telegram"}
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*(\d*)\s*([a-z]+)\s*$", re.IGNORECASE)
+_RATE_UNITS = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60, "h": 3600,
+               "hour": 3600, "d": 86400, "day": 86400}
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """At most ``calls`` handler starts per ``per_seconds`` (spaced evenly within a run)."""
+
+    calls: float
+    per_seconds: float
+
+    @property
+    def interval(self) -> float:
+        return self.per_seconds / self.calls
+
+
+@dataclass(frozen=True)
+class HandlerSpec:
+    """One way to run a task: ``kind`` is ``command``, ``http`` or ``python``; values unexpanded."""
+
+    kind: str
+    command: tuple[str, ...] = ()
+    url: str = ""
+    method: str = "POST"
+    headers: Mapping[str, str] = field(default_factory=dict)
+    target: str = ""  # module:function
+
+
+@dataclass(frozen=True)
+class TypeConfig:
+    name: str
+    handler: HandlerSpec | None
+    policy: RetryPolicy
+    key_fields: tuple[str, ...] = ()
+    idempotent: bool = False
+    owner: str = ""
+    on_unknown: str = "fail"
+    reconcile: HandlerSpec | None = None
+    rate_limit: RateLimit | None = None
+    redact_fields: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: Path | None = None
+
+
+@dataclass(frozen=True)
+class TelegramSettings:
+    token: str = ""
+    chat_id: str = ""
+    thread_id: str = ""
+    api_url: str = "https://api.telegram.org"
+    template: Path | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.token and self.chat_id)
+
+
+@dataclass(frozen=True)
+class Settings:
+    spreadsheet: str
+    queue_sheet: str = "Queue"
+    log_sheet: str = "QueueLog"
+    archive_sheet: str = "QueueArchive"
+    lock_dir: Path = Path.home() / ".cache" / "sheetq"
+    batch_size: int = 10
+    defaults: TypeConfig = field(
+        default_factory=lambda: TypeConfig(name="*", handler=None, policy=RetryPolicy())
+    )
+    types: Mapping[str, TypeConfig] = field(default_factory=dict)
+    telegram: TelegramSettings = field(default_factory=TelegramSettings)
+    sheets_api_url: str = "https://sheets.googleapis.com"
+    credentials: str = ""
+    config_path: Path | None = None
+    base_dir: Path = field(default_factory=Path.cwd)
+
+    def type_config(self, name: str) -> TypeConfig:
+        """The configuration of type ``name``; the defaults (no handler) if it is not configured."""
+        found = self.types.get(name)
+        return found if found is not None else replace(self.defaults, name=name)
+
+
+# --- loading -----------------------------------------------------------------
+
+
+def _unknown_keys(where: str, got: Mapping[str, Any], allowed: set[str]) -> None:
+    for key in got:
+        if key not in allowed:
+            close = difflib.get_close_matches(key, sorted(allowed), n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise ConfigError(f"{where}: unknown key '{key}'{hint}")
+
+
+def _duration(where: str, value: Any) -> float:
+    try:
+        return parse_duration(value, what=where)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _policy(where: str, raw: Mapping[str, Any], base: RetryPolicy) -> RetryPolicy:
+    changes: dict[str, Any] = {}
+    if "max_attempts" in raw:
+        value = raw["max_attempts"]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"{where}.max_attempts: expected a whole number ≥ 1, got {value!r}")
+        changes["max_attempts"] = value
+    if "breaker_threshold" in raw:
+        value = raw["breaker_threshold"]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(
+                f"{where}.breaker_threshold: expected a whole number ≥ 1, got {value!r}"
+            )
+        changes["breaker_threshold"] = value
+    if "backoff" in raw:
+        value = raw["backoff"]
+        if isinstance(value, str | int | float):
+            value = [value]
+        if not isinstance(value, list) or not value:
+            raise ConfigError(f"{where}.backoff: expected a list of durations like ['2m', '4m']")
+        changes["backoff"] = tuple(_duration(f"{where}.backoff", v) for v in value)
+    if "jitter" in raw:
+        value = raw["jitter"]
+        if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value < 1:
+            raise ConfigError(f"{where}.jitter: expected a fraction between 0 and 1, got {value!r}")
+        changes["jitter"] = float(value)
+    for key in ("timeout", "lease"):
+        if key in raw:
+            seconds = _duration(f"{where}.{key}", raw[key])
+            if seconds <= 0:
+                raise ConfigError(f"{where}.{key}: must be longer than 0")
+            changes[key] = seconds
+    if "max_age" in raw:
+        value = raw["max_age"]
+        changes["max_age"] = (
+            None if value in ("", "0", 0, "none", "never") else _duration(f"{where}.max_age", value)
+        )
+    return replace(base, **changes)
+
+
+def _str_list(where: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where}: expected a list of strings, got {value!r}")
+    return tuple(value)
+
+
+def _command(where: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        try:
+            parts = shlex.split(value)
+        except ValueError as exc:
+            raise ConfigError(f"{where}: cannot split {value!r} like a shell: {exc}") from None
+    else:
+        parts = list(_str_list(where, value))
+    if not parts:
+        raise ConfigError(f"{where}: empty command")
+    return tuple(parts)
+
+
+def _handler(where: str, raw: Mapping[str, Any]) -> HandlerSpec | None:
+    given = [k for k in ("command", "http", "python") if k in raw]
+    if len(given) > 1:
+        raise ConfigError(f"{where}: give one handler, not {' and '.join(given)}")
+    if not given:
+        return None
+    kind = given[0]
+    value = raw[kind]
+    if kind == "command":
+        return HandlerSpec("command", command=_command(f"{where}.command", value))
+    if kind == "python":
+        if not isinstance(value, str) or not re.fullmatch(r"[\w.]+:[\w.]+", value.strip()):
+            raise ConfigError(f"{where}.python: expected 'module:function', got {value!r}")
+        return HandlerSpec("python", target=value.strip())
+    if isinstance(value, str):
+        value = {"url": value}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}.http: expected a table like {{ url = \"https://…\" }}")
+    _unknown_keys(f"{where}.http", value, {"url", "headers", "method"})
+    url = value.get("url")
+    if not isinstance(url, str) or not url.strip():
+        raise ConfigError(f"{where}.http.url: required")
+    headers = value.get("headers", {})
+    if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
+        raise ConfigError(f"{where}.http.headers: expected a table of strings")
+    method = str(value.get("method", "POST")).upper()
+    return HandlerSpec("http", url=url.strip(), method=method, headers=dict(headers))
+
+
+def _rate(where: str, value: Any) -> RateLimit:
+    match = _RATE.match(str(value))
+    unit = match.group(3).lower().rstrip("s") if match else ""
+    unit = unit or "s"
+    if not match or (unit not in _RATE_UNITS and unit + "s" not in _RATE_UNITS):
+        raise ConfigError(f"{where}: expected a rate like '30/min', '2/s' or '100/hour', got {value!r}")
+    calls = float(match.group(1))
+    per = float(match.group(2) or 1) * _RATE_UNITS.get(unit, _RATE_UNITS.get(unit + "s", 1))
+    if calls <= 0:
+        raise ConfigError(f"{where}: the rate must be above 0")
+    return RateLimit(calls, per)
+
+
+def _type(name: str, raw: Any, defaults: TypeConfig, base_dir: Path) -> TypeConfig:
+    where = f"[types.{name}]"
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a table")
+    _unknown_keys(where, raw, _TYPE_KEYS)
+    handler = _handler(where, raw)
+    idempotent = raw.get("idempotent", defaults.idempotent)
+    if not isinstance(idempotent, bool):
+        raise ConfigError(f"{where}.idempotent: expected true or false")
+    on_unknown = raw.get("on_unknown", "retry" if idempotent else "fail")
+    if on_unknown not in ON_UNKNOWN:
+        raise ConfigError(f"{where}.on_unknown: expected one of {', '.join(ON_UNKNOWN)}")
+    reconcile = None
+    if "reconcile" in raw:
+        if not isinstance(raw["reconcile"], dict):
+            raise ConfigError(f"{where}.reconcile: expected {{ command = [...] }} or {{ python = ... }}")
+        _unknown_keys(f"{where}.reconcile", raw["reconcile"], {"command", "python"})
+        reconcile = _handler(f"{where}.reconcile", raw["reconcile"])
+    if on_unknown == "reconcile" and reconcile is None:
+        raise ConfigError(f"{where}: on_unknown = \"reconcile\" needs reconcile = {{ command = [...] }}")
+    env = raw.get("env", {})
+    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+        raise ConfigError(f"{where}.env: expected a table of strings")
+    owner = raw.get("owner", defaults.owner)
+    if not isinstance(owner, str):
+        raise ConfigError(f"{where}.owner: expected a string")
+    cwd = raw.get("cwd")
+    return TypeConfig(
+        name=name,
+        handler=handler,
+        policy=_policy(where, raw, defaults.policy),
+        key_fields=_str_list(f"{where}.key_fields", raw.get("key_fields", [])),
+        idempotent=idempotent,
+        owner=owner,
+        on_unknown=on_unknown,
+        reconcile=reconcile,
+        rate_limit=_rate(f"{where}.rate_limit", raw["rate_limit"]) if "rate_limit" in raw else None,
+        redact_fields=defaults.redact_fields
+        + _str_list(f"{where}.redact_fields", raw.get("redact_fields", [])),
+        env=dict(env),
+        cwd=(base_dir / cwd) if isinstance(cwd, str) else base_dir,
+    )
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """Read a TOML file; errors name the file, line and column (exit code 2)."""
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+def load_settings(
+    *,
+    spreadsheet: str | None = None,
+    config: str | None = None,
+    env: Mapping[str, str] | None = None,
+    require_spreadsheet: bool = True,
+) -> Settings:
+    """Build settings from flags, the environment and ``sheetq.toml``.
+
+    Raises ``ConfigError`` (exit 2) for an unreadable or invalid file, or when
+    no spreadsheet is named anywhere and ``require_spreadsheet`` is set.
+    """
+    env = os.environ if env is None else env
+    explicit = config or env.get("SHEETQ_CONFIG") or ""
+    path = Path(explicit).expanduser() if explicit else Path.cwd() / DEFAULT_CONFIG
+    raw: dict[str, Any] = {}
+    config_path: Path | None = None
+    if explicit or path.exists():
+        if explicit and not path.exists():
+            raise ConfigError(f"{path}: configuration file not found (from --config/SHEETQ_CONFIG)")
+        raw = read_toml(path)
+        config_path = path.resolve()
+    base_dir = config_path.parent if config_path else Path.cwd()
+    where = str(config_path.name if config_path else DEFAULT_CONFIG)
+    _unknown_keys(where, raw, _TOP_KEYS)
+    queue = raw.get("queue", {})
+    defaults_raw = raw.get("defaults", {})
+    telegram_raw = raw.get("telegram", {})
+    for section, value in (("[queue]", queue), ("[defaults]", defaults_raw),
+                           ("[telegram]", telegram_raw), ("[types]", raw.get("types", {}))):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where} {section}: expected a table")
+    _unknown_keys("[queue]", queue, _QUEUE_KEYS)
+    _unknown_keys("[defaults]", defaults_raw, _DEFAULT_KEYS)
+    _unknown_keys("[telegram]", telegram_raw, _TELEGRAM_KEYS)
+
+    defaults = TypeConfig(
+        name="*",
+        handler=None,
+        policy=_policy("[defaults]", defaults_raw, RetryPolicy()),
+        owner=str(defaults_raw.get("owner", "")),
+        redact_fields=_str_list("[defaults].redact_fields", defaults_raw.get("redact_fields", [])),
+        cwd=base_dir,
+    )
+    types = {
+        str(name): _type(str(name), value, defaults, base_dir)
+        for name, value in raw.get("types", {}).items()
+    }
+
+    sheet = spreadsheet or env.get("SHEETQ_SPREADSHEET") or str(queue.get("spreadsheet", ""))
+    sheet = sheet.strip()
+    if require_spreadsheet and not sheet:
+        raise ConfigError(
+            "no spreadsheet given: set SHEETQ_SPREADSHEET (or pass --spreadsheet) to a Google "
+            "Sheets URL or key, or to local:PATH for the embedded SQLite backend "
+            "(e.g. SHEETQ_SPREADSHEET=local:sheetq.db)"
+        )
+
+    def pick(env_name: str, key: str, default: str) -> str:
+        value = env.get(env_name) or queue.get(key) or default
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(f"{env_name} / [queue].{key}: expected a worksheet title")
+        return value
+
+    names = (pick("SHEETQ_QUEUE_SHEET", "queue_sheet", "Queue"),
+             pick("SHEETQ_LOG_SHEET", "log_sheet", "QueueLog"),
+             pick("SHEETQ_ARCHIVE_SHEET", "archive_sheet", "QueueArchive"))
+    if len(set(names)) != 3:
+        raise ConfigError(f"the queue, log and archive worksheets must differ, got {names}")
+    batch_size = queue.get("batch_size", 10)
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise ConfigError(f"[queue].batch_size: expected a whole number ≥ 1, got {batch_size!r}")
+    lock_dir = env.get("SHEETQ_LOCK_DIR") or queue.get("lock_dir") or _default_lock_dir(env)
+    template = telegram_raw.get("template")
+    telegram = TelegramSettings(
+        token=env.get("TELEGRAM_BOT_TOKEN", "").strip(),
+        chat_id=str(env.get("TELEGRAM_CHAT_ID") or telegram_raw.get("chat_id", "")).strip(),
+        thread_id=str(env.get("TELEGRAM_THREAD_ID") or telegram_raw.get("thread_id", "")).strip(),
+        api_url=(env.get("SHEETQ_TELEGRAM_API_URL") or telegram_raw.get("api_url")
+                 or "https://api.telegram.org").rstrip("/"),
+        template=(base_dir / template) if isinstance(template, str) else None,
+    )
+    return Settings(
+        spreadsheet=sheet,
+        queue_sheet=names[0],
+        log_sheet=names[1],
+        archive_sheet=names[2],
+        lock_dir=Path(lock_dir).expanduser(),
+        batch_size=batch_size,
+        defaults=defaults,
+        types=types,
+        telegram=telegram,
+        sheets_api_url=(env.get("SHEETQ_SHEETS_API_URL") or "https://sheets.googleapis.com").rstrip("/"),
+        credentials=env.get("GOOGLE_APPLICATION_CREDENTIALS", ""),
+        config_path=config_path,
+        base_dir=base_dir,
+    )
+
+
+def _default_lock_dir(env: Mapping[str, str]) -> Path:
+    cache = env.get("XDG_CACHE_HOME")
+    return (Path(cache) if cache else Path.home() / ".cache") / "sheetq"
+
+
+def expand(value: str, env: Mapping[str, str] | None = None, *, where: str = "") -> str:
+    """Replace ``${VAR}`` with the variable's value; a missing variable is a ``ConfigError``."""
+    env = os.environ if env is None else env
+
+    def sub(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in env:
+            raise ConfigError(f"{where}: environment variable {name} is not set (used as ${{{name}}})")
+        return env[name]
+
+    return _VAR.sub(sub, value)

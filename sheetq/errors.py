@@ -1,0 +1,93 @@
+"""One exception root for sheetq errors, and the handler signals.
+
+Errors carry the process exit code of DESIGN.md §4; only the CLI entry point
+turns them into an exit. Handler signals are not errors: a Python handler
+raises them to tell the runner how a task ended.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FAILURE = 1  # runtime failure: backend unreachable after retries, unexpected error
+EXIT_USAGE = 2  # usage or input error: bad arguments, invalid JSON, bad configuration
+EXIT_CONFLICT = 3  # idempotency conflict: same key, different payload
+
+
+class SheetqError(Exception):
+    """sheetq failed."""
+
+    exit_code: int = EXIT_FAILURE
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class UsageError(SheetqError):
+    """Bad arguments or input."""
+
+    exit_code = EXIT_USAGE
+
+
+class InputError(UsageError):
+    """The input is not valid."""
+
+
+class ConfigError(UsageError):
+    """The configuration is not valid."""
+
+
+class SchemaError(UsageError):
+    """The worksheets do not have the columns sheetq needs; run `sheetq init`."""
+
+
+class ConflictError(SheetqError):
+    """The idempotency key is already used by a task with a different payload."""
+
+    exit_code = EXIT_CONFLICT
+
+
+class StoreError(SheetqError):
+    """The spreadsheet could not be read or written."""
+
+
+class StoreUnavailable(StoreError):
+    """The spreadsheet backend did not answer, even after retries."""
+
+
+class LeaseConflict(StoreError):
+    """Another run holds or replaced the queue's run lease."""
+
+
+# --- handler signals -------------------------------------------------------
+
+
+class HandlerSignal(Exception):  # noqa: N818 - a signal, not an error
+    """Base of the exceptions a Python handler raises to decide a task's outcome."""
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class RetryTask(HandlerSignal):
+    """Try again later (transient failure). ``after`` is a minimum delay in seconds."""
+
+    def __init__(self, message: str = "", after: float | None = None) -> None:
+        super().__init__(message)
+        self.after = after
+
+
+class FailTask(HandlerSignal):
+    """Fail the task now (permanent: bad data); it goes to the dead-letter queue."""
+
+
+class SkipTask(HandlerSignal):
+    """Nothing to do for this task; it ends as ``skipped``."""
+
+
+class OutcomeUnknown(HandlerSignal):
+    """The action may or may not have happened (e.g. a timeout after the request was sent)."""

@@ -1,0 +1,131 @@
+"""The ``command`` handler: a program gets the payload on stdin, answers by exit code.
+
+Exit codes follow sysexits(3): 0 done, 75 EX_TEMPFAIL transient, 65 EX_DATAERR
+permanent, 77 EX_NOPERM auth; anything else is transient with the tail of
+stderr as the error. A last stdout line that is a JSON object with a
+``status`` decides instead. Killed by the timeout: outcome unknown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from sheetq.handlers import ReconcileAnswer
+from sheetq.model import ErrorClass, Status
+from sheetq.redact import shorten, tail
+from sheetq.retry import Outcome
+
+EX_DATAERR = 65
+EX_TEMPFAIL = 75
+EX_NOPERM = 77
+_STATUSES = {"done", "skipped", "retry", "failed"}
+
+
+class _Ran:
+    def __init__(self, code: int | None, stdout: str, stderr: str, error: str = "") -> None:
+        self.code, self.stdout, self.stderr, self.error = code, stdout, stderr, error
+
+    @property
+    def last_line(self) -> str:
+        lines = [line.strip() for line in self.stdout.splitlines() if line.strip()]
+        return lines[-1] if lines else ""
+
+
+def _run(argv: Sequence[str], stdin: str, env: Mapping[str, str], timeout: float,
+         cwd: Path | None) -> _Ran:
+    try:
+        proc = subprocess.Popen(
+            list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            cwd=cwd, env=dict(env), start_new_session=True,
+        )
+    except FileNotFoundError:
+        return _Ran(None, "", "", f"command not found: {argv[0]!r} (cwd {cwd})")
+    except PermissionError:
+        return _Ran(None, "", "", f"command not executable: {argv[0]!r}")
+    except OSError as exc:
+        return _Ran(None, "", "", f"cannot start {argv[0]!r}: {exc}")
+    try:
+        out, err = proc.communicate(stdin.encode("utf-8"), timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        return _Ran(None, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"),
+                    f"timed out after {timeout:g}s")
+    return _Ran(proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+
+
+def _json_verdict(line: str) -> Outcome | None:
+    if not line.startswith("{"):
+        return None
+    try:
+        answer = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(answer, dict) or answer.get("status") not in _STATUSES:
+        return None
+    status = Status(answer["status"])
+    result = answer.get("result")
+    result_text = "" if result is None else (
+        result if isinstance(result, str) else json.dumps(result, ensure_ascii=False))
+    error = str(answer.get("error") or "")
+    after = answer.get("retry_after")
+    retry_after = float(after) if isinstance(after, int | float) and after > 0 else None
+    try:
+        cls = ErrorClass(str(answer["error_class"])) if answer.get("error_class") else None
+    except ValueError:
+        cls = None
+    if status is Status.DONE:
+        return Outcome.done(result_text)
+    if status is Status.SKIPPED:
+        return Outcome.skipped(error, result_text)
+    if status is Status.RETRY:
+        return Outcome(Status.RETRY, cls or ErrorClass.TRANSIENT, error or "handler asked to retry",
+                       result_text, retry_after)
+    return Outcome(Status.FAILED, cls or ErrorClass.PERMANENT, error or "handler reported failure",
+                   result_text)
+
+
+def run_command(argv: Sequence[str], payload_json: str, env: Mapping[str, str], *,
+                timeout: float, cwd: Path | None) -> Outcome:
+    """Run one task as a subprocess and classify its exit (see the module docstring)."""
+    ran = _run(argv, payload_json, env, timeout, cwd)
+    if ran.code is None and not ran.error.startswith("timed out"):
+        return Outcome.failed(ran.error, ErrorClass.CONFIG)
+    if ran.code is None:
+        return Outcome.unknown(f"{ran.error}; killed. " + tail(ran.stderr, 300)
+                               if ran.stderr.strip() else f"{ran.error}; killed")
+    verdict = _json_verdict(ran.last_line)
+    if verdict is not None:
+        return verdict
+    why = tail(ran.stderr, 400) or tail(ran.stdout, 200)
+    code = ran.code
+    if code == 0:
+        return Outcome.done(shorten(ran.last_line, 1000))
+    if code == EX_TEMPFAIL:
+        return Outcome.retry(f"exit {code} (EX_TEMPFAIL): {why}".rstrip(": "))
+    if code == EX_DATAERR:
+        return Outcome.failed(f"exit {code} (EX_DATAERR): {why}".rstrip(": "))
+    if code == EX_NOPERM:
+        return Outcome.failed(f"exit {code} (EX_NOPERM): {why}".rstrip(": "), ErrorClass.AUTH)
+    if code < 0:
+        return Outcome.retry(f"killed by signal {-code}: {why}".rstrip(": "))
+    return Outcome.retry(f"exit {code}: {why}".rstrip(": "))
+
+
+def reconcile_command(argv: Sequence[str], payload_json: str, env: Mapping[str, str], *,
+                      timeout: float, cwd: Path | None) -> ReconcileAnswer:
+    """Exit 0: found (last stdout line → result); 1: not found; anything else: cannot tell."""
+    ran = _run(argv, payload_json, env, timeout, cwd)
+    if ran.code == 0:
+        return ReconcileAnswer(True, shorten(ran.last_line, 1000))
+    if ran.code == 1:
+        return ReconcileAnswer(False)
+    why = ran.error or f"exit {ran.code}: {tail(ran.stderr, 300)}"
+    return ReconcileAnswer(None, message=f"reconcile check could not tell ({why.strip()})")

@@ -1,0 +1,136 @@
+"""Canonical JSON, payload hash and idempotency keys (DESIGN.md §4).
+
+Canonical payload: JSON with sorted keys, ``(",", ":")`` separators, UTF-8,
+non-ASCII unescaped, every string (keys included) NFC-normalised
+(Unicode TR15), so the same lead typed on two keyboards hashes the same.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import unicodedata
+from collections.abc import Sequence
+from typing import Any
+
+from sheetq.errors import InputError
+from sheetq.model import MAX_CELL_CHARS, MAX_KEY_CHARS
+
+BUILTIN_KEY_FIELDS = ("lead_id", "order_id", "event_id")
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_payload(text: str, *, where: str = "payload") -> dict[str, Any]:
+    """Parse one JSON object. Raises ``InputError`` naming ``where``, line and column."""
+    stripped = text.strip()
+    if not stripped:
+        raise InputError(f"{where}: empty; expected a JSON object such as '{{\"lead_id\": 1}}'")
+    try:
+        value = json.loads(stripped, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise InputError(
+            f"{where}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+        ) from None
+    except ValueError as exc:
+        raise InputError(f"{where}: {exc}") from None
+    if not isinstance(value, dict):
+        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
+            type(value), "a number"
+        )
+        raise InputError(f"{where}: expected a JSON object, got {kind}")
+    return value
+
+
+def _nfc(value: Any) -> Any:
+    if isinstance(value, str):
+        return unicodedata.normalize("NFC", value)
+    if isinstance(value, dict):
+        return {unicodedata.normalize("NFC", str(k)): _nfc(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_nfc(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InputError("payload: NaN and Infinity are not valid JSON")
+    return value
+
+
+def canonical_json(payload: Any) -> str:
+    """The canonical text of a payload; also what ``payload_json`` holds."""
+    return json.dumps(_nfc(payload), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def payload_hash(canonical: str) -> str:
+    """``sha256:`` + hex digest of the canonical text."""
+    return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def check_size(canonical: str, *, where: str = "payload") -> None:
+    """Refuse a payload that does not fit one cell (50,000 characters, a Google limit)."""
+    if len(canonical) > MAX_CELL_CHARS:
+        raise InputError(
+            f"{where}: {len(canonical):,} characters as compact JSON; a spreadsheet cell holds "
+            f"at most {MAX_CELL_CHARS:,} (Google Sheets limit). Store large data elsewhere and "
+            "enqueue a reference to it."
+        )
+
+
+def _key_value(value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return unicodedata.normalize("NFC", value.strip()) or None
+    if isinstance(value, int | float):
+        return json.dumps(value)
+    return canonical_json(value)
+
+
+def _dotted(payload: dict[str, Any], path: str) -> Any:
+    node: Any = payload
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def clean_explicit_key(key: str) -> str:
+    """``--key K``: trimmed, non-empty, at most 200 characters."""
+    cleaned = key.strip()
+    if not cleaned:
+        raise InputError("--key: empty after trimming spaces")
+    if len(cleaned) > MAX_KEY_CHARS:
+        raise InputError(f"--key: {len(cleaned)} characters; at most {MAX_KEY_CHARS} allowed")
+    return cleaned
+
+
+def derive_key(
+    task_type: str,
+    payload: dict[str, Any],
+    canonical: str,
+    *,
+    explicit: str | None = None,
+    key_fields: Sequence[str] = (),
+) -> str:
+    """The idempotency key, first rule that applies (DESIGN.md §4), scoped by type.
+
+    1. ``--key K`` → ``TYPE:K``; 2. the type's ``key_fields`` (dotted paths, all
+    present) → ``TYPE:f=v[:f=v…]``; 3. the built-in ``lead_id``, ``order_id``,
+    ``event_id`` present at the top level → ``TYPE:lead_id=…``; 4. the hash →
+    ``TYPE:sha256:…``.
+    """
+    if explicit is not None:
+        return f"{task_type}:{clean_explicit_key(explicit)}"
+    if key_fields:
+        parts = [(f, _key_value(_dotted(payload, f))) for f in key_fields]
+        if all(v is not None for _, v in parts):
+            return f"{task_type}:" + ":".join(f"{f}={v}" for f, v in parts)
+    builtin = [(f, _key_value(payload.get(f))) for f in BUILTIN_KEY_FIELDS]
+    present = [(f, v) for f, v in builtin if v is not None]
+    if present:
+        return f"{task_type}:" + ":".join(f"{f}={v}" for f, v in present)
+    return f"{task_type}:{payload_hash(canonical)}"

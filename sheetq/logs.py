@@ -1,0 +1,50 @@
+"""Logging to stderr with secrets removed.
+
+httpx logs every request URL at INFO, and a Telegram URL carries the bot
+token (``/bot<token>/sendMessage``); httpx, httpcore and telegram are kept at
+WARNING, and a filter masks the token and other secrets in every record.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from sheetq.redact import redact
+
+_QUIET = ("httpx", "httpcore", "telegram", "telegram.ext", "urllib3", "google", "gspread")
+
+
+class RedactingFilter(logging.Filter):
+    """Rewrite each record's message with secrets masked (never drops a record)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        secrets = [os.environ.get("TELEGRAM_BOT_TOKEN", "")]
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a broken record must not break logging
+            return True
+        cleaned = redact(message, secrets=secrets)
+        if record.exc_info and record.exc_info[1] is not None:
+            import traceback
+
+            text = "".join(traceback.format_exception(*record.exc_info))
+            record.exc_text = redact(text, secrets=secrets)
+            record.exc_info = None
+        record.msg, record.args = cleaned, None
+        return True
+
+
+def configure(verbose: int) -> None:
+    """``verbose``: 0 warnings, 1 info, 2+ debug (sheetq's own loggers)."""
+    root = logging.getLogger()
+    if not any(isinstance(f, RedactingFilter) for h in root.handlers for f in h.filters):
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("sheetq: %(levelname)s %(name)s: %(message)s"))
+        handler.addFilter(RedactingFilter())
+        root.addHandler(handler)
+    root.setLevel(logging.WARNING)
+    level = logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    logging.getLogger("sheetq").setLevel(level)
+    for name in _QUIET:
+        logging.getLogger(name).setLevel(logging.WARNING)

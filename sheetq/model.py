@@ -1,0 +1,156 @@
+"""The words of the sheet: statuses, error classes, events, column names, Task.
+
+Enum values are exactly the cell text of DESIGN.md §2.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+
+class Status(StrEnum):
+    PENDING = "pending"
+    PROCESSING = "processing"
+    RETRY = "retry"
+    DONE = "done"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+
+    @classmethod
+    def parse(cls, cell: object) -> Status | None:
+        """Read a status cell as people type it (``' Pending'``, ``RETRY``); ``None`` if unknown."""
+        text = str(cell if cell is not None else "").strip().lower()
+        try:
+            return cls(text)
+        except ValueError:
+            return None
+
+
+WAITING = frozenset({Status.PENDING, Status.RETRY})
+FINISHED = frozenset({Status.DONE, Status.FAILED, Status.SKIPPED})
+
+
+class ErrorClass(StrEnum):
+    TRANSIENT = "transient"  # try again later: timeouts before sending, 5xx, EX_TEMPFAIL
+    RATE_LIMITED = "rate_limited"  # 429 / Retry-After
+    PERMANENT = "permanent"  # bad data: retrying cannot help
+    AUTH = "auth"  # revoked or wrong credentials: a person must fix them
+    UNKNOWN = "unknown"  # outcome lost: the action may or may not have happened
+    EXPIRED = "expired"  # older than the type's max_age; never run
+    DUPLICATE = "duplicate"  # another row with the same idempotency key won
+    CONFIG = "config"  # the handler is misconfigured (missing command, variable…)
+
+
+RETRYABLE = frozenset({ErrorClass.TRANSIENT, ErrorClass.RATE_LIMITED, ErrorClass.UNKNOWN})
+
+
+class Event(StrEnum):
+    ENQUEUED = "enqueued"
+    DUPLICATE = "duplicate"
+    CONFLICT = "conflict"
+    CLAIMED = "claimed"
+    DONE = "done"
+    RETRY = "retry"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    EXPIRED = "expired"
+    RECOVERED = "recovered"
+    REQUEUED = "requeued"
+    ALERTED = "alerted"
+    ARCHIVED = "archived"
+
+
+# The first nine are the original Apps Script layout (adoptable by `init`).
+QUEUE_COLUMNS: tuple[str, ...] = (
+    "task_id",
+    "created_at",
+    "type",
+    "payload_json",
+    "status",
+    "retry_count",
+    "next_retry_at",
+    "last_error",
+    "idempotency_key",
+    "updated_at",
+    "error_class",
+    "result",
+    "lease_owner",
+    "lease_until",
+    "payload_hash",
+    "alerted_at",
+    "owner",
+)
+LOG_COLUMNS: tuple[str, ...] = (
+    "ts",
+    "task_id",
+    "type",
+    "event",
+    "status",
+    "retry_count",
+    "message",
+    "run_id",
+    "duration_ms",
+)
+
+MAX_CELL_CHARS = 50_000  # Google Sheets: characters per cell
+MAX_ERROR_CHARS = 500
+MAX_RESULT_CHARS = 1_000
+MAX_KEY_CHARS = 200
+
+
+@dataclass(frozen=True)
+class Task:
+    """What a handler gets. ``attempt`` is 1-based; ``created_at`` is UTC."""
+
+    task_id: str
+    type: str
+    payload: dict[str, Any]
+    idempotency_key: str
+    attempt: int
+    created_at: datetime | None
+
+
+# --- identifiers -------------------------------------------------------------
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_ulid_lock = threading.Lock()
+_ulid_last = (0, 0)
+
+
+def new_ulid(now_ms: int | None = None) -> str:
+    """A ULID (26 chars, Crockford base32): sortable by creation time, URL-safe.
+
+    Monotonic within one process: ids made in the same millisecond still sort
+    in creation order (https://github.com/ulid/spec).
+    """
+    global _ulid_last
+    ms = int(time.time() * 1000) if now_ms is None else now_ms
+    with _ulid_lock:
+        last_ms, last_rand = _ulid_last
+        if ms <= last_ms:
+            ms, rand = last_ms, last_rand + 1
+        else:
+            rand = int.from_bytes(os.urandom(10), "big") >> 1  # leave room to increment
+        _ulid_last = (ms, rand)
+    value = (ms << 80) | (rand & ((1 << 80) - 1))
+    chars = []
+    for _ in range(26):
+        chars.append(_CROCKFORD[value & 31])
+        value >>= 5
+    return "".join(reversed(chars))
+
+
+def new_task_id() -> str:
+    """A task id: ``t_`` + ULID (28 chars)."""
+    return "t_" + new_ulid()
+
+
+def new_run_id() -> str:
+    """A run id: ``run_`` + ULID, written as ``lease_owner`` and in QueueLog."""
+    return "run_" + new_ulid()

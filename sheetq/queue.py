@@ -1,0 +1,614 @@
+"""Queue semantics: read rows, decide, return change sets. No I/O here.
+
+Every function takes parsed rows and the time, and returns a ``ChangeSet``
+(cell updates re-located by ``task_id``, QueueLog appends) plus counts. The
+runner and the CLI apply the change sets through the storage port, so the
+Queue change and its QueueLog rows always land in one atomic write.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, tzinfo
+from typing import Any
+
+from sheetq.config import Settings, TypeConfig
+from sheetq.model import (
+    FINISHED,
+    MAX_ERROR_CHARS,
+    MAX_RESULT_CHARS,
+    RETRYABLE,
+    WAITING,
+    ErrorClass,
+    Event,
+    Status,
+    new_task_id,
+)
+from sheetq.redact import shorten
+from sheetq.retry import Decision, Outcome, decide
+from sheetq.store.base import AppendRow, CellValue, ChangeSet, Row, UpdateRow
+from sheetq.times import Unparseable, format_ts, parse_ts
+
+# Columns a `process` scan needs: everything but the large text cells.
+SCAN_COLUMNS = (
+    "task_id", "created_at", "type", "status", "retry_count", "next_retry_at",
+    "idempotency_key", "error_class", "lease_owner", "lease_until", "alerted_at", "owner",
+    "last_error",
+)
+STATUS_COLUMNS = ("task_id", "created_at", "type", "status", "next_retry_at", "alerted_at",
+                  "error_class", "lease_until")
+KEY_COLUMNS = ("task_id", "idempotency_key", "payload_hash", "status")
+_FAR_FUTURE = datetime.max.replace(tzinfo=None)
+_LATE_STATUSES = frozenset({ErrorClass.PERMANENT, ErrorClass.AUTH, ErrorClass.EXPIRED,
+                            ErrorClass.DUPLICATE, ErrorClass.CONFIG})
+
+
+def as_int(value: CellValue) -> int:
+    """A counter cell as people leave it: ``3``, ``3.0``, ``"3"``, ``""`` → int."""
+    if value is None or value == "" or isinstance(value, bool):
+        return 0
+    if isinstance(value, int | float):
+        return int(value)
+    try:
+        return int(float(str(value).strip()))
+    except ValueError:
+        return 0
+
+
+@dataclass
+class QueueRow:
+    """One Queue row, parsed leniently. ``status`` is ``None`` for text sheetq does not know."""
+
+    row: int
+    task_id: str
+    type: str
+    status_text: str
+    status: Status | None
+    created_at: datetime | Unparseable | None
+    retry_count: int
+    next_retry_at: datetime | Unparseable | None
+    idempotency_key: str
+    error_class: str
+    lease_owner: str
+    lease_until: datetime | Unparseable | None
+    alerted_at: str
+    owner: str
+    raw: Row
+
+    @property
+    def created(self) -> datetime | None:
+        return self.created_at if isinstance(self.created_at, datetime) else None
+
+    def order(self) -> tuple[Any, str]:
+        """Oldest first: by ``created_at`` then ``task_id`` (ULIDs sort by time)."""
+        created = self.created
+        return (created.replace(tzinfo=None) if created else _FAR_FUTURE, self.task_id)
+
+
+def parse_rows(rows: Iterable[Row], tz: tzinfo, locale: str) -> list[QueueRow]:
+    """Parse Queue rows; rows without a ``task_id`` are not tasks and are left out."""
+    out: list[QueueRow] = []
+    for raw in rows:
+        task_id = raw.text("task_id").strip()
+        if not task_id:
+            continue
+        status_text = raw.text("status")
+        out.append(
+            QueueRow(
+                row=raw.number,
+                task_id=task_id,
+                type=raw.text("type").strip(),
+                status_text=status_text,
+                status=Status.parse(status_text),
+                created_at=parse_ts(raw.values.get("created_at"), tz, locale),
+                retry_count=as_int(raw.values.get("retry_count")),
+                next_retry_at=parse_ts(raw.values.get("next_retry_at"), tz, locale),
+                idempotency_key=raw.text("idempotency_key").strip(),
+                error_class=raw.text("error_class").strip().lower(),
+                lease_owner=raw.text("lease_owner").strip(),
+                lease_until=parse_ts(raw.values.get("lease_until"), tz, locale),
+                alerted_at=raw.text("alerted_at").strip(),
+                owner=raw.text("owner").strip(),
+                raw=raw,
+            )
+        )
+    return out
+
+
+def log_row(
+    now: datetime,
+    task_id: str,
+    task_type: str,
+    event: Event,
+    status: Status | str,
+    retry_count: int,
+    message: str = "",
+    run_id: str = "",
+    duration_ms: int | None = None,
+    *,
+    worksheet: str,
+) -> AppendRow:
+    """One QueueLog row (DESIGN.md §2)."""
+    return AppendRow(
+        worksheet,
+        {
+            "ts": format_ts(now),
+            "task_id": task_id,
+            "type": task_type,
+            "event": str(event),
+            "status": str(status),
+            "retry_count": retry_count,
+            "message": shorten(message, MAX_ERROR_CHARS),
+            "run_id": run_id,
+            "duration_ms": "" if duration_ms is None else duration_ms,
+        },
+    )
+
+
+# --- a person's edits ------------------------------------------------------------
+
+
+def requeued_by_person(row: QueueRow) -> str | None:
+    """If a person typed ``pending``/``retry`` over a finished row, the status it had; else None.
+
+    sheetq never leaves these marks on a waiting row, so they show a hand
+    edit: status text not in sheetq's exact lower-case form; a ``pending`` row
+    with an error class or an ``alerted_at``; a ``retry`` row without
+    ``next_retry_at``, with ``alerted_at``, or with an error class that never
+    retries (permanent, auth, expired, duplicate, config).
+    """
+    if row.status not in WAITING:
+        return None
+    typed = row.status_text != str(row.status)
+    late = row.error_class in _LATE_STATUSES
+    if row.status is Status.PENDING:
+        marked = bool(row.error_class) or bool(row.alerted_at)
+    else:
+        marked = row.next_retry_at is None or bool(row.alerted_at) or late
+    if not (typed or marked):
+        return None
+    if row.alerted_at or late or row.error_class in RETRYABLE and row.status is Status.PENDING:
+        return "skipped" if row.error_class == ErrorClass.DUPLICATE else "failed"
+    return "edited"
+
+
+# --- process: planning a batch ------------------------------------------------
+
+
+@dataclass
+class Claim:
+    """A row this run holds. ``reconcile``: a lost outcome to check, not a task to run."""
+
+    row: QueueRow
+    previous: Status
+    reconcile: bool = False
+
+
+@dataclass
+class BatchPlan:
+    changes: ChangeSet
+    claims: list[Claim] = field(default_factory=list)
+    lease_until: datetime | None = None
+    recovered: int = 0
+    expired: int = 0
+    requeued: int = 0
+    skipped: int = 0
+    failed: int = 0
+    unrecognised: int = 0
+    without_handler: Counter[str] = field(default_factory=Counter)
+    invalid_times: list[str] = field(default_factory=list)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.changes)
+
+
+@dataclass
+class _RowChange:
+    row: QueueRow
+    values: dict[str, CellValue] = field(default_factory=dict)
+
+
+def _winners(rows: Sequence[QueueRow]) -> dict[str, QueueRow]:
+    """Of rows sharing an idempotency key, the earliest ``created_at`` (then ``task_id``)."""
+    best: dict[str, QueueRow] = {}
+    for row in rows:
+        if not row.idempotency_key:
+            continue
+        current = best.get(row.idempotency_key)
+        if current is None or row.order() < current.order():
+            best[row.idempotency_key] = row
+    return best
+
+
+def _due(row: QueueRow, now: datetime) -> bool:
+    when = row.next_retry_at
+    return when is None or isinstance(when, Unparseable) or when <= now
+
+
+def plan_batch(
+    rows: Sequence[QueueRow],
+    *,
+    settings: Settings,
+    now: datetime,
+    run_id: str,
+    batch_size: int,
+    rng: random.Random,
+    types: Sequence[str] = (),
+    open_circuits: Iterable[str] = (),
+) -> BatchPlan:
+    """What one claim request writes: recoveries, expiries, a person's requeues,
+    duplicate-key losers, and the claim of the oldest due rows (DESIGN.md §5 steps 2–4)."""
+    log_sheet = settings.log_sheet
+    queue_sheet = settings.queue_sheet
+    plan = BatchPlan(ChangeSet())
+    selected = set(types)
+    blocked = set(open_circuits)
+    changes: dict[str, _RowChange] = {}
+    logs: list[AppendRow] = []
+    stamp = format_ts(now)
+
+    def change(row: QueueRow, **values: CellValue) -> None:
+        entry = changes.setdefault(row.task_id, _RowChange(row))
+        entry.values.update(values)
+        entry.values["updated_at"] = stamp
+
+    def log(row: QueueRow, event: Event, status: Status | str, retry_count: int,
+            message: str = "") -> None:
+        logs.append(log_row(now, row.task_id, row.type, event, status, retry_count, message,
+                            run_id, worksheet=log_sheet))
+
+    winners = _winners(rows)
+    candidates: list[QueueRow] = []
+    reconciles: list[QueueRow] = []
+    for row in rows:
+        if row.status is None:
+            plan.unrecognised += 1
+            continue
+        if selected and row.type not in selected:
+            continue
+        config = settings.type_config(row.type)
+        # Step 2: a lease that ran out means the outcome of that run was lost.
+        if row.status is Status.PROCESSING:
+            until = row.lease_until
+            if isinstance(until, datetime) and until > now:
+                continue
+            if config.on_unknown == "reconcile" and config.reconcile is not None:
+                if row.type not in blocked:
+                    reconciles.append(row)
+                continue
+            decision = recover(row, config, now, rng)
+            change(row, **decision_values(decision, row, config))
+            log(row, Event.RECOVERED, decision.status, decision.retry_count, decision.message)
+            plan.recovered += 1
+            plan.failed += decision.status is Status.FAILED
+            continue
+        if row.status not in WAITING:
+            continue
+        status = row.status
+        was = requeued_by_person(row)
+        if was is not None:
+            values: dict[str, CellValue] = {"status": str(status), "alerted_at": "",
+                                            "error_class": ""}
+            values["next_retry_at"] = stamp if status is Status.RETRY else ""
+            change(row, **values)
+            what = f"requeued by a person (was {was})" if was != "edited" else (
+                f"status typed by a person as {row.status_text!r}")
+            log(row, Event.REQUEUED, status, row.retry_count, what)
+            plan.requeued += 1
+            row.next_retry_at = None
+            row.error_class = ""
+        if isinstance(row.next_retry_at, Unparseable):
+            plan.invalid_times.append(f"{row.task_id}: next_retry_at {row.next_retry_at.text!r}")
+        # Step 3: too old to be worth running.
+        created = row.created
+        if (config.policy.max_age is not None and created is not None
+                and now - created > timedelta(seconds=config.policy.max_age)):
+            age = (now - created).total_seconds() / 3600
+            message = f"expired: {age:.0f}h old, max_age is {config.policy.max_age / 3600:g}h"
+            change(row, status=str(Status.FAILED), error_class=str(ErrorClass.EXPIRED),
+                   last_error=message, next_retry_at="", alerted_at="",
+                   owner=row.owner or config.owner)
+            log(row, Event.EXPIRED, Status.FAILED, row.retry_count, message)
+            plan.expired += 1
+            continue
+        # Two enqueues that raced with one key: only the earliest row ever runs.
+        winner = winners.get(row.idempotency_key)
+        if winner is not None and winner is not row:
+            message = f"duplicate of {winner.task_id} (same idempotency key, created earlier)"
+            change(row, status=str(Status.SKIPPED), error_class=str(ErrorClass.DUPLICATE),
+                   last_error=message, next_retry_at="")
+            log(row, Event.SKIPPED, Status.SKIPPED, row.retry_count, message)
+            plan.skipped += 1
+            continue
+        if config.handler is None:
+            plan.without_handler[row.type or "(empty)"] += 1
+            continue
+        if row.type in blocked or not _due(row, now):
+            continue
+        candidates.append(row)
+
+    candidates.sort(key=QueueRow.order)
+    reconciles.sort(key=QueueRow.order)
+    chosen = reconciles[:batch_size]
+    chosen += candidates[: max(0, batch_size - len(chosen))]
+    if chosen:
+        timeouts = sum(settings.type_config(r.type).policy.timeout for r in chosen)
+        lease = max(settings.type_config(r.type).policy.lease for r in chosen)
+        plan.lease_until = now + timedelta(seconds=lease + timeouts)
+        until = format_ts(plan.lease_until)
+        for row in chosen:
+            previous = Status.PROCESSING if row in reconciles else (row.status or Status.PENDING)
+            if row.task_id in changes and "status" in changes[row.task_id].values:
+                previous = Status(str(changes[row.task_id].values["status"]))
+            change(row, status=str(Status.PROCESSING), lease_owner=run_id, lease_until=until)
+            message = ("reconciling a lost outcome" if row in reconciles
+                       else f"attempt {row.retry_count + 1}")
+            log(row, Event.CLAIMED, Status.PROCESSING, row.retry_count, message)
+            plan.claims.append(Claim(row, previous, reconcile=row in reconciles))
+
+    plan.changes.updates.extend(
+        UpdateRow(queue_sheet, e.row.task_id, e.row.row, e.values) for e in changes.values())
+    plan.changes.appends.extend(logs)
+    return plan
+
+
+def recover(row: QueueRow, config: TypeConfig, now: datetime, rng: random.Random) -> Decision:
+    """A lost outcome (expired lease) under ``on_unknown`` = ``retry`` or ``fail`` (§5 step 2).
+
+    It counts as an attempt, so a poison task that kills its runner every time
+    ends in ``failed`` after ``max_attempts``.
+    """
+    message = "lease expired while processing: the runner stopped before recording the outcome"
+    if config.on_unknown == "retry":
+        return decide(Outcome.unknown(message + "; retrying"), row.retry_count, config.policy,
+                      now, rng)
+    return Decision(Status.FAILED, row.retry_count + 1, ErrorClass.UNKNOWN, None,
+                    message + "; a person must check whether it happened")
+
+
+def decision_values(decision: Decision, row: QueueRow, config: TypeConfig) -> dict[str, CellValue]:
+    """The Queue cells a decision writes. The lease is cleared; a new failure clears
+    ``alerted_at`` so it is alerted again."""
+    values: dict[str, CellValue] = {
+        "status": str(decision.status),
+        "retry_count": decision.retry_count,
+        "next_retry_at": format_ts(decision.next_retry_at) if decision.next_retry_at else "",
+        "error_class": str(decision.error_class) if decision.error_class else "",
+        "last_error": shorten(decision.message, MAX_ERROR_CHARS)
+        if decision.status is not Status.DONE else "",
+        "lease_owner": "",
+        "lease_until": "",
+    }
+    if decision.status in (Status.DONE, Status.SKIPPED) or decision.result:
+        values["result"] = shorten(decision.result, MAX_RESULT_CHARS)
+    if decision.status is Status.FAILED:
+        values["alerted_at"] = ""
+    if not row.owner and config.owner:
+        values["owner"] = config.owner
+    return values
+
+
+def complete(
+    claim: Claim,
+    decision: Decision,
+    *,
+    config: TypeConfig,
+    now: datetime,
+    run_id: str,
+    duration_ms: int | None,
+    settings: Settings,
+    event: Event | None = None,
+) -> ChangeSet:
+    """The Queue update and QueueLog row for one finished attempt."""
+    row = claim.row
+    values = decision_values(decision, row, config)
+    values["updated_at"] = format_ts(now)
+    event = event or Event(str(decision.status))
+    message = decision.message if decision.status is not Status.DONE else shorten(
+        decision.result, 200)
+    return ChangeSet(
+        updates=[UpdateRow(settings.queue_sheet, row.task_id, row.row, values)],
+        appends=[log_row(now, row.task_id, row.type, event, decision.status,
+                         decision.retry_count, message, run_id, duration_ms,
+                         worksheet=settings.log_sheet)],
+    )
+
+
+def release(claim: Claim, *, now: datetime, run_id: str, reason: str,
+            settings: Settings) -> ChangeSet:
+    """Give back a claimed row that was not started: previous status, lease cleared,
+    no attempt counted. Logged as ``requeued``."""
+    row = claim.row
+    values: dict[str, CellValue] = {"status": str(claim.previous), "lease_owner": "",
+                                    "lease_until": "", "updated_at": format_ts(now)}
+    return ChangeSet(
+        updates=[UpdateRow(settings.queue_sheet, row.task_id, row.row, values)],
+        appends=[log_row(now, row.task_id, row.type, Event.REQUEUED, claim.previous,
+                         row.retry_count, f"released, not started: {reason}", run_id,
+                         worksheet=settings.log_sheet)],
+    )
+
+
+# --- operator commands: requeue, skip -----------------------------------------
+
+
+def plan_requeue(
+    rows: Sequence[QueueRow],
+    *,
+    settings: Settings,
+    now: datetime,
+    task_ids: Sequence[str] = (),
+    statuses: Sequence[Status] = (Status.FAILED,),
+    types: Sequence[str] = (),
+    error_classes: Sequence[str] = (),
+    reset_attempts: bool = False,
+    run_id: str = "",
+) -> tuple[list[QueueRow], ChangeSet]:
+    """The dead-letter redrive: matching rows back to ``pending``, each logged ``requeued``.
+
+    With ``task_ids`` the filters apply to those rows only; a ``processing``
+    row is never taken from its runner.
+    """
+    wanted_ids = set(task_ids)
+    picked = [
+        r for r in rows
+        if (not wanted_ids or r.task_id in wanted_ids)
+        and (r.status in statuses if not wanted_ids or statuses else True)
+        and r.status is not Status.PROCESSING
+        and (not types or r.type in types)
+        and (not error_classes or r.error_class in error_classes)
+    ]
+    changes = ChangeSet()
+    stamp = format_ts(now)
+    for row in picked:
+        count = 0 if reset_attempts else row.retry_count
+        values: dict[str, CellValue] = {
+            "status": str(Status.PENDING), "next_retry_at": "", "error_class": "",
+            "alerted_at": "", "lease_owner": "", "lease_until": "", "updated_at": stamp,
+        }
+        if reset_attempts:
+            values["retry_count"] = 0
+        changes.updates.append(UpdateRow(settings.queue_sheet, row.task_id, row.row, values))
+        note = f"requeued with `sheetq requeue` (was {row.status_text.strip() or 'empty'}"
+        note += ", attempts reset)" if reset_attempts else ")"
+        changes.appends.append(log_row(now, row.task_id, row.type, Event.REQUEUED,
+                                       Status.PENDING, count, note, run_id,
+                                       worksheet=settings.log_sheet))
+    return picked, changes
+
+
+def plan_skip(
+    rows: Sequence[QueueRow], *, settings: Settings, now: datetime, task_ids: Sequence[str],
+    reason: str = "", run_id: str = "",
+) -> tuple[list[QueueRow], ChangeSet]:
+    """Rows to ``skipped`` by hand (not ``processing`` ones, not already finished ``done``)."""
+    wanted = set(task_ids)
+    picked = [r for r in rows if r.task_id in wanted and r.status is not Status.PROCESSING
+              and r.status is not Status.DONE]
+    changes = ChangeSet()
+    stamp = format_ts(now)
+    message = f"skipped with `sheetq skip`{': ' + reason if reason else ''}"
+    for row in picked:
+        changes.updates.append(UpdateRow(settings.queue_sheet, row.task_id, row.row, {
+            "status": str(Status.SKIPPED), "next_retry_at": "", "lease_owner": "",
+            "lease_until": "", "updated_at": stamp, "last_error": shorten(message, 500)}))
+        changes.appends.append(log_row(now, row.task_id, row.type, Event.SKIPPED,
+                                       Status.SKIPPED, row.retry_count, message, run_id,
+                                       worksheet=settings.log_sheet))
+    return picked, changes
+
+
+# --- enqueue ------------------------------------------------------------------
+
+
+@dataclass
+class NewTask:
+    """A parsed, keyed task waiting to be enqueued. ``line`` is 1-based for ``--jsonl``."""
+
+    type: str
+    canonical: str
+    payload_hash: str
+    key: str
+    line: int | None = None
+    not_before: datetime | None = None
+
+
+@dataclass
+class Enqueued:
+    outcome: str  # enqueued | duplicate | conflict
+    task_id: str
+    key: str
+    status: str
+    line: int | None = None
+    existing_hash: str = ""
+
+
+@dataclass
+class KnownKey:
+    task_id: str
+    payload_hash: str
+    status: str
+    archived: bool = False
+
+
+def index_keys(queue: Iterable[Row], archive: Iterable[Row]) -> dict[str, KnownKey]:
+    """Idempotency key → the earliest task holding it, in Queue then QueueArchive."""
+    known: dict[str, KnownKey] = {}
+    for rows, archived in ((queue, False), (archive, True)):
+        for row in rows:
+            key = row.text("idempotency_key").strip()
+            task_id = row.text("task_id").strip()
+            if key and task_id and key not in known:
+                known[key] = KnownKey(task_id, row.text("payload_hash").strip(),
+                                      Status.parse(row.text("status")) or row.text("status"),
+                                      archived)
+    return known
+
+
+def plan_enqueue(
+    tasks: Sequence[NewTask],
+    known: Mapping[str, KnownKey],
+    *,
+    settings: Settings,
+    now: datetime,
+) -> tuple[list[Enqueued], ChangeSet]:
+    """New rows for new keys; ``duplicate`` / ``conflict`` log rows for known ones (§4).
+
+    Lines of one batch are checked against each other too.
+    """
+    seen = dict(known)
+    results: list[Enqueued] = []
+    changes = ChangeSet()
+    stamp = format_ts(now)
+    queue_rows: list[AppendRow] = []
+    for task in tasks:
+        found = seen.get(task.key)
+        if found is None:
+            task_id = new_task_id()
+            config = settings.type_config(task.type)
+            queue_rows.append(AppendRow(settings.queue_sheet, {
+                "task_id": task_id, "created_at": stamp, "type": task.type,
+                "payload_json": task.canonical, "status": str(Status.PENDING), "retry_count": 0,
+                "next_retry_at": format_ts(task.not_before) if task.not_before else "",
+                "idempotency_key": task.key, "updated_at": stamp,
+                "payload_hash": task.payload_hash, "owner": config.owner,
+            }))
+            changes.appends.append(log_row(
+                now, task_id, task.type, Event.ENQUEUED, Status.PENDING, 0,
+                f"delayed until {format_ts(task.not_before)}" if task.not_before else "",
+                worksheet=settings.log_sheet))
+            seen[task.key] = KnownKey(task_id, task.payload_hash, str(Status.PENDING))
+            results.append(Enqueued("enqueued", task_id, task.key, str(Status.PENDING), task.line))
+            continue
+        where = " (archived)" if found.archived else ""
+        line = f" (line {task.line})" if task.line else ""
+        if found.payload_hash == task.payload_hash:
+            results.append(Enqueued("duplicate", found.task_id, task.key, found.status, task.line))
+            changes.appends.append(log_row(
+                now, found.task_id, task.type, Event.DUPLICATE, found.status, 0,
+                f"same key and payload enqueued again{line}{where}; nothing added",
+                worksheet=settings.log_sheet))
+        else:
+            results.append(Enqueued("conflict", found.task_id, task.key, found.status, task.line,
+                                    found.payload_hash))
+            changes.appends.append(log_row(
+                now, found.task_id, task.type, Event.CONFLICT, found.status, 0,
+                f"same key {task.key!r}, different payload{line}{where}: "
+                f"{task.payload_hash[:19]}… vs {found.payload_hash[:19]}…; nothing added",
+                worksheet=settings.log_sheet))
+    # Queue rows first so a reader never sees a log row for a task that is not there yet.
+    changes.appends[:0] = queue_rows
+    return results, changes
+
+
+def owed_alerts(rows: Iterable[QueueRow]) -> list[QueueRow]:
+    """Failed rows with no ``alerted_at``: alerts still owed (DESIGN.md §9)."""
+    return [r for r in rows if r.status is Status.FAILED and not r.alerted_at]
+
+
+def finished(status: Status | None) -> bool:
+    return status in FINISHED

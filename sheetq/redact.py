@@ -1,0 +1,86 @@
+"""Redaction of secrets and shortening of texts written to the sheet, logs and alerts.
+
+What is removed: values of the configured ``redact_fields`` of the payload
+wherever they appear in the text; bearer / basic credentials; Telegram bot
+tokens (``123456:ABC…``, see core.telegram.org/bots/api#authorizing-your-bot);
+``key=…``-style secrets in URLs and messages; private-key blocks.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+MASK = "[redacted]"
+_PATTERNS = [
+    re.compile(r"(?i)\b(bearer|basic|token|bot)\s+[A-Za-z0-9._~+/=-]{8,}"),
+    re.compile(r"\b\d{6,12}:[A-Za-z0-9_-]{30,}\b"),  # Telegram bot token
+    re.compile(r"(?i)\bbot\d{6,12}:[A-Za-z0-9_-]{20,}"),
+    re.compile(
+        r"(?i)\b(api[_-]?key|apikey|access[_-]?token|auth[_-]?token|secret|password|passwd|pwd"
+        r"|client[_-]?secret|refresh[_-]?token|private[_-]?key|authorization)"
+        r"(\"?\s*[:=]\s*\"?)([^\s\"&,;]{3,})"
+    ),
+    re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.S),
+    re.compile(r"\bya29\.[A-Za-z0-9._-]{20,}"),  # Google OAuth access token
+]
+
+
+def _field_values(payload: Any, fields: Iterable[str]) -> list[str]:
+    wanted = set(fields)
+    found: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in wanted and value not in (None, "", True, False):
+                    found.append(value if isinstance(value, str) else str(value))
+                walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(payload)
+    return sorted({v for v in found if len(v) >= 3}, key=len, reverse=True)
+
+
+def redact(
+    text: str,
+    *,
+    payload: Mapping[str, Any] | None = None,
+    fields: Iterable[str] = (),
+    secrets: Iterable[str] = (),
+) -> str:
+    """``text`` with secrets masked as ``[redacted]``. ``secrets`` are literal values to hide."""
+    if not text:
+        return text
+    for secret in sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True):
+        text = text.replace(secret, MASK)
+    if payload is not None and fields:
+        for value in _field_values(payload, fields):
+            text = text.replace(value, MASK)
+    for pattern in _PATTERNS:
+        if pattern.groups >= 3:
+            text = pattern.sub(lambda m: m.group(1) + m.group(2) + MASK, text)
+        elif pattern.groups == 1:
+            text = pattern.sub(lambda m: m.group(1) + " " + MASK, text)
+        else:
+            text = pattern.sub(MASK, text)
+    return text
+
+
+def shorten(text: str, limit: int) -> str:
+    """At most ``limit`` characters; the cut is marked with ``…``."""
+    text = text.strip()
+    if len(text) <= limit:
+        return text
+    return text[: max(0, limit - 1)].rstrip() + "…"
+
+
+def tail(text: str, limit: int) -> str:
+    """The last ``limit`` characters (stderr tails carry the error), cut marked with ``…``."""
+    text = text.strip()
+    if len(text) <= limit:
+        return text
+    return "…" + text[-(limit - 1) :].lstrip()

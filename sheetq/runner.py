@@ -1,0 +1,613 @@
+"""One ``sheetq process`` run: locks, batches, handlers, circuit breaker, rate limits.
+
+The steps are DESIGN.md §5: host lock, then per batch a scan, one claim
+request (run lease + recoveries + expiries + claims + their log rows), a read
+back of the claimed rows, the handlers, and one result request (results + log
+rows + lease release). Then owed alerts, and a summary.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import random
+import re
+import secrets
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from sheetq.clock import Clock
+from sheetq.config import Settings, TypeConfig
+from sheetq.errors import LeaseConflict, StoreError
+from sheetq.handlers import run_reconcile, run_task
+from sheetq.idempotency import parse_payload
+from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS, ErrorClass, Event, Status, Task, new_run_id
+from sheetq.queue import (
+    SCAN_COLUMNS,
+    BatchPlan,
+    Claim,
+    QueueRow,
+    complete,
+    parse_rows,
+    plan_batch,
+    release,
+)
+from sheetq.redact import redact
+from sheetq.retry import Decision, Outcome, decide
+from sheetq.store.base import ChangeSet, LeaseChange, Read, Row, Store, WorkbookInfo
+from sheetq.times import zone
+
+log = logging.getLogger("sheetq.runner")
+
+
+@dataclass
+class RunOptions:
+    batch_size: int = 10
+    max_batches: int | None = 1  # None: no limit (``--until-empty``)
+    max_runtime: float | None = None  # seconds; no new batch is claimed after it
+    types: Sequence[str] = ()
+    dry_run: bool = False
+
+
+@dataclass
+class AlertItem:
+    """One owed failure alert."""
+
+    task_id: str
+    type: str
+    error_class: str
+    attempts: int
+    error: str
+    row: int
+    owner: str = ""
+    link: str = ""
+
+
+@dataclass
+class AlertReport:
+    """What the notifier did: ``covered`` task ids are to be marked ``alerted_at``."""
+
+    covered: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+Notifier = Callable[[list[AlertItem], WorkbookInfo], AlertReport]
+
+
+@dataclass
+class RunSummary:
+    run_id: str
+    batches: int = 0
+    claimed: int = 0
+    done: int = 0
+    retry: int = 0
+    failed: int = 0
+    skipped: int = 0
+    recovered: int = 0
+    expired: int = 0
+    requeued: int = 0
+    released: int = 0
+    without_handler: Counter[str] = field(default_factory=Counter)
+    alerts_sent: int = 0
+    alerts_owed: int = 0
+    seconds: float = 0.0
+    locked: str = ""  # why the run did not take the queue, if it did not
+    would_claim: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    open_circuits: dict[str, str] = field(default_factory=dict)
+    requests: int = 0
+
+    def as_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "run_id": self.run_id, "batches": self.batches, "claimed": self.claimed,
+            "done": self.done, "retry": self.retry, "failed": self.failed,
+            "skipped": self.skipped, "recovered": self.recovered, "expired": self.expired,
+            "without_handler": sum(self.without_handler.values()),
+            "alerts_sent": self.alerts_sent, "seconds": round(self.seconds, 3),
+            "requeued": self.requeued, "released": self.released,
+            "without_handler_by_type": dict(self.without_handler),
+            "alerts_owed": self.alerts_owed, "open_circuits": self.open_circuits,
+            "locked": bool(self.locked), "requests": self.requests, "notes": self.notes,
+        }
+        if self.would_claim:
+            doc["would_claim"] = self.would_claim
+        return doc
+
+
+def lock_path(settings: Settings) -> Path:
+    """One host lock file per spreadsheet and queue worksheet (in ``SHEETQ_LOCK_DIR``)."""
+    ident = f"{settings.spreadsheet}\0{settings.queue_sheet}"
+    if settings.spreadsheet.startswith("local:"):
+        ident = f"local:{Path(settings.spreadsheet[6:]).expanduser().resolve()}\0{settings.queue_sheet}"
+    digest = hashlib.sha256(ident.encode()).hexdigest()[:16]
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", settings.queue_sheet).strip("-")[:30] or "queue"
+    return settings.lock_dir / f"{slug}-{digest}.lock"
+
+
+def lease_name(queue_sheet: str) -> str:
+    """The named range used as the queue's run lease (a valid Sheets range name)."""
+    return "sheetq_lease_" + hashlib.sha256(queue_sheet.encode()).hexdigest()[:12]
+
+
+def lease_token(expires: datetime, rng: random.Random | None = None) -> str:
+    """A version token that carries its expiry: 10 digits of epoch seconds + 6 random digits."""
+    nonce = (rng.randrange(10**6) if rng else secrets.randbelow(10**6))
+    return f"{int(expires.timestamp()):010d}{nonce:06d}"
+
+
+def lease_expiry(token: str) -> datetime | None:
+    from datetime import UTC
+
+    if len(token) < 10 or not token[:10].isdigit():
+        return None
+    return datetime.fromtimestamp(int(token[:10]), UTC)
+
+
+def check_schema(info: WorkbookInfo, settings: Settings, *, archive: bool = False) -> None:
+    """Refuse to run on worksheets without sheetq's columns (exit 2, says to run init)."""
+    from sheetq.errors import SchemaError
+
+    wanted = [(settings.queue_sheet, QUEUE_COLUMNS), (settings.log_sheet, LOG_COLUMNS)]
+    if archive:
+        wanted.append((settings.archive_sheet, QUEUE_COLUMNS))
+    for title, columns in wanted:
+        sheet = info.sheet(title)
+        sheet.columns(columns)  # refuses duplicated sheetq headers
+        missing = sheet.missing(columns)
+        if missing:
+            raise SchemaError(
+                f"worksheet '{title}' lacks column(s) {', '.join(missing)}; run `sheetq init` "
+                "to add them"
+            )
+
+
+class Runner:
+    """Runs ``process`` against one store. Time and randomness are injected."""
+
+    def __init__(
+        self,
+        store: Store,
+        settings: Settings,
+        *,
+        clock: Clock,
+        rng: random.Random | None = None,
+        notifier: Notifier | None = None,
+        run_id: str | None = None,
+        on_progress: Callable[[str], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.clock = clock
+        self.rng = rng or random.Random()
+        self.notifier = notifier
+        self.run_id = run_id or new_run_id()
+        self.on_progress = on_progress or (lambda _msg: None)
+        self.summary = RunSummary(self.run_id)
+        self._lease_name = lease_name(settings.queue_sheet)
+        self._lease: str | None = None  # token we hold
+        self._open: dict[str, str] = {}  # type → why its circuit is open
+        self._streak: Counter[str] = Counter()  # consecutive transient failures per type
+        self._last_start: dict[str, float] = {}
+        self._failures: dict[str, AlertItem] = {}
+        self._started = 0.0
+
+    # --- the run ---------------------------------------------------------------
+
+    def run(self, options: RunOptions) -> RunSummary:
+        """One run. Returns the summary; raises ``SheetqError`` when the run itself broke."""
+        from filelock import FileLock, Timeout
+
+        self._started = self.clock.monotonic()
+        path = lock_path(self.settings)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        host_lock = FileLock(str(path), timeout=0)
+        try:
+            host_lock.acquire()
+        except Timeout:
+            self.summary.locked = f"another sheetq process on this host is processing this queue ({path})"
+            return self._finish()
+        try:
+            self._run_locked(options)
+        finally:
+            host_lock.release()
+        return self._finish()
+
+    def _finish(self) -> RunSummary:
+        self.summary.seconds = self.clock.monotonic() - self._started
+        self.summary.open_circuits = dict(self._open)
+        self.summary.requests = self.store.requests_made
+        return self.summary
+
+    def _run_locked(self, options: RunOptions) -> None:
+        info = self.store.open()
+        check_schema(info, self.settings)
+        self.info = info
+        self._tz = zone(info.time_zone)
+        self._seen_lease = info.leases.get(self._lease_name)
+        last_rows: list[QueueRow] = []
+        while True:
+            if self._out_of_time(options):
+                self.summary.notes.append("max runtime reached: no new batch claimed")
+                break
+            if options.max_batches is not None and self.summary.batches >= options.max_batches:
+                break
+            rows = self._scan()
+            last_rows = rows
+            now = self.clock.now()
+            plan = plan_batch(
+                rows, settings=self.settings, now=now, run_id=self.run_id,
+                batch_size=options.batch_size, rng=self.rng, types=options.types,
+                open_circuits=self._open,
+            )
+            self.summary.without_handler = plan.without_handler
+            for note in plan.invalid_times:
+                self._note(f"unparseable {note}; treated as due")
+            if options.dry_run:
+                self._dry_run(plan)
+                return
+            if not plan.has_work:
+                break
+            if not self._claim(plan, now):
+                return
+            if not plan.claims:
+                break
+            ran_any = self._work(plan)
+            if not ran_any:
+                break
+        self._alerts(last_rows)
+
+    def _out_of_time(self, options: RunOptions) -> bool:
+        return (options.max_runtime is not None
+                and self.clock.monotonic() - self._started >= options.max_runtime)
+
+    def _note(self, message: str) -> None:
+        if message not in self.summary.notes:
+            self.summary.notes.append(message)
+            log.warning(message)
+
+    def _scan(self) -> list[QueueRow]:
+        (snap,) = self.store.read([Read(self.settings.queue_sheet, SCAN_COLUMNS)])
+        return parse_rows(snap.rows, self._tz, self.info.locale)
+
+    def _dry_run(self, plan: BatchPlan) -> None:
+        self.summary.recovered = plan.recovered
+        self.summary.expired = plan.expired
+        self.summary.requeued = plan.requeued
+        self.summary.skipped = plan.skipped
+        for claim in plan.claims:
+            row = claim.row
+            self.summary.would_claim.append({
+                "task_id": row.task_id, "type": row.type, "status": str(claim.previous),
+                "attempt": row.retry_count + 1, "row": row.row,
+                "reconcile": claim.reconcile,
+            })
+
+    # --- claim -------------------------------------------------------------------
+
+    def _lease_change(self, plan: BatchPlan, now: datetime) -> LeaseChange | None:
+        """Compare-and-set of the run lease; ``None`` if another live run holds it."""
+        current = self._lease or self._seen_lease
+        if current is not None and current != self._lease:
+            expiry = lease_expiry(current)
+            if expiry is not None and expiry > now:
+                return None
+        if not plan.claims:
+            return LeaseChange(self._lease_name, None, current)
+        assert plan.lease_until is not None
+        return LeaseChange(self._lease_name, lease_token(plan.lease_until, self.rng), current)
+
+    def _claim(self, plan: BatchPlan, now: datetime) -> bool:
+        change = self._lease_change(plan, now)
+        if change is None:
+            self.summary.locked = "another sheetq run holds this queue's lease"
+            return False
+        plan.changes.lease = change
+        try:
+            self.store.apply(plan.changes, verify_rows=False)
+        except LeaseConflict:
+            self.summary.locked = "another sheetq run took this queue's lease"
+            self._lease = None
+            return False
+        self._lease = change.token
+        self._seen_lease = change.token
+        self.summary.recovered += plan.recovered
+        self.summary.expired += plan.expired
+        self.summary.requeued += plan.requeued
+        self.summary.skipped += plan.skipped
+        self.summary.failed += plan.failed
+        if plan.claims:
+            self.summary.batches += 1
+            self.summary.claimed += len(plan.claims)
+        self._remember_plan_failures(plan)
+        return True
+
+    def _remember_plan_failures(self, plan: BatchPlan) -> None:
+        from sheetq.queue import as_int
+
+        for update in plan.changes.updates:
+            if update.values.get("status") == Status.FAILED and update.key:
+                self._failures[update.key] = AlertItem(
+                    task_id=update.key, type="",
+                    error_class=str(update.values.get("error_class", "")),
+                    attempts=as_int(update.values.get("retry_count")),
+                    error=str(update.values.get("last_error", "")), row=update.row,
+                )
+
+    # --- work ----------------------------------------------------------------------
+
+    def _read_back(self, plan: BatchPlan) -> tuple[list[tuple[Claim, Row]], list[Claim]]:
+        """Read the claimed rows again; keep those that still carry this run's id.
+
+        A row found elsewhere (a person sorted the sheet) is given back unrun.
+        """
+        numbers = tuple(c.row.row for c in plan.claims)
+        full, ids = self.store.read([
+            Read(self.settings.queue_sheet, None, rows=numbers),
+            Read(self.settings.queue_sheet, ("task_id", "lease_owner")),
+        ])
+        by_number = {r.number: r for r in full.rows}
+        owners = {r.text("task_id"): r.text("lease_owner") for r in ids.rows}
+        keep: list[tuple[Claim, Row]] = []
+        give_back: list[Claim] = []
+        for claim in plan.claims:
+            row = by_number.get(claim.row.row)
+            if row is not None and row.text("task_id") == claim.row.task_id:
+                if row.text("lease_owner") == self.run_id:
+                    keep.append((claim, row))
+                else:
+                    self._note(f"{claim.row.task_id}: claimed by another run; left to it")
+                continue
+            if owners.get(claim.row.task_id) == self.run_id:
+                give_back.append(claim)
+            else:
+                self._note(f"{claim.row.task_id}: row vanished after the claim; left alone")
+        return keep, give_back
+
+    def _work(self, plan: BatchPlan) -> bool:
+        keep, give_back = self._read_back(plan)
+        results = ChangeSet()
+        ran_any = False
+        assert plan.lease_until is not None
+        for claim in give_back:
+            results.extend(self._release(claim, "row moved between claim and read-back"))
+        for claim, row in keep:
+            config = self.settings.type_config(claim.row.type)
+            reason = self._cannot_start(claim, config, plan.lease_until)
+            if reason:
+                results.extend(self._release(claim, reason))
+                continue
+            self._wait_rate_limit(config)
+            results.extend(self._run_one(claim, row, config))
+            ran_any = True
+        results.lease = LeaseChange(self._lease_name, None, self._lease)
+        try:
+            applied = self.store.apply(results)
+        except LeaseConflict:
+            # Our lease ran out and another run replaced it; the results must land anyway.
+            self._note("run lease expired during the batch; results written without it")
+            results.lease = None
+            applied = self.store.apply(results)
+        self._lease = None
+        self._seen_lease = None
+        for key, number in applied.rows.items():
+            if key in self._failures:
+                self._failures[key].row = number
+        for key in applied.missing:
+            self._note(f"{key}: row deleted by a person before its result was written")
+        return ran_any
+
+    def _cannot_start(self, claim: Claim, config: TypeConfig, lease_until: datetime) -> str:
+        if claim.row.type in self._open:
+            return f"circuit open for type {claim.row.type!r}: {self._open[claim.row.type]}"
+        if self.clock.now() > lease_until - timedelta(seconds=config.policy.timeout):
+            return "the batch's lease would run out before this task's timeout"
+        return ""
+
+    def _release(self, claim: Claim, reason: str) -> ChangeSet:
+        self.summary.released += 1
+        return release(claim, now=self.clock.now(), run_id=self.run_id, reason=reason,
+                       settings=self.settings)
+
+    def _wait_rate_limit(self, config: TypeConfig) -> None:
+        if config.rate_limit is None:
+            return
+        last = self._last_start.get(config.name)
+        if last is not None:
+            wait = config.rate_limit.interval - (self.clock.monotonic() - last)
+            if wait > 0:
+                self.clock.sleep(wait)
+        self._last_start[config.name] = self.clock.monotonic()
+
+    def _task(self, claim: Claim, row: Row) -> tuple[Task, str]:
+        payload_json = row.text("payload_json")
+        payload = parse_payload(payload_json, where=f"payload_json of {claim.row.task_id}")
+        task = Task(
+            task_id=claim.row.task_id, type=claim.row.type, payload=payload,
+            idempotency_key=claim.row.idempotency_key, attempt=claim.row.retry_count + 1,
+            created_at=claim.row.created,
+        )
+        return task, payload_json
+
+    def _run_one(self, claim: Claim, row: Row, config: TypeConfig) -> ChangeSet:
+        from sheetq.errors import InputError
+
+        started = self.clock.monotonic()
+        event: Event | None = None
+        try:
+            task, payload_json = self._task(claim, row)
+        except InputError as exc:
+            outcome = Outcome.failed(f"{exc.message}; fix the cell and requeue")
+            task, payload_json = None, ""
+        if task is not None:
+            self.on_progress(f"{task.task_id} {task.type} attempt {task.attempt}")
+            if claim.reconcile:
+                outcome = self._reconcile(config, task, payload_json)
+                event = Event.RECOVERED
+            else:
+                outcome = run_task(config, task, payload_json)
+                if outcome.status is None:
+                    outcome = self._on_unknown(config, task, payload_json, outcome)
+        duration_ms = int((self.clock.monotonic() - started) * 1000)
+        decision = self._decide(outcome, claim, config, task.payload if task else None)
+        if event is Event.RECOVERED:
+            self.summary.recovered += 1
+        self._count(decision, claim, config)
+        return complete(claim, decision, config=config, now=self.clock.now(), run_id=self.run_id,
+                        duration_ms=duration_ms, settings=self.settings, event=event)
+
+    def _on_unknown(self, config: TypeConfig, task: Task, payload_json: str,
+                    outcome: Outcome) -> Outcome:
+        """A timeout after the action may have happened: ``on_unknown`` decides at once."""
+        if config.on_unknown == "retry":
+            return outcome
+        if config.on_unknown == "reconcile":
+            checked = self._reconcile(config, task, payload_json, first=outcome.message)
+            return checked
+        return Outcome.failed(f"{outcome.message}; outcome unknown, a person must check",
+                              ErrorClass.UNKNOWN)
+
+    def _reconcile(self, config: TypeConfig, task: Task, payload_json: str,
+                   first: str = "lease expired while processing") -> Outcome:
+        answer = run_reconcile(config, task, payload_json)
+        if answer.found is True:
+            return Outcome.done(answer.result)
+        if answer.found is False:
+            return Outcome.retry(f"{first}; reconcile: not found, retrying", ErrorClass.UNKNOWN)
+        return Outcome.failed(f"{first}; {answer.message}", ErrorClass.UNKNOWN)
+
+    def _decide(self, outcome: Outcome, claim: Claim, config: TypeConfig,
+                payload: dict[str, Any] | None) -> Decision:
+        decision = decide(outcome, claim.row.retry_count, config.policy, self.clock.now(), self.rng)
+        secrets = [self.settings.telegram.token]
+        message = redact(decision.message, payload=payload, fields=config.redact_fields,
+                         secrets=secrets)
+        result = redact(decision.result, payload=payload, fields=config.redact_fields,
+                        secrets=secrets)
+        if message != decision.message or result != decision.result:
+            from dataclasses import replace
+
+            decision = replace(decision, message=message, result=result)
+        return decision
+
+    def _count(self, decision: Decision, claim: Claim, config: TypeConfig) -> None:
+        status = decision.status
+        name = claim.row.type
+        if status is Status.DONE:
+            self.summary.done += 1
+            self._streak[name] = 0
+        elif status is Status.SKIPPED:
+            self.summary.skipped += 1
+            self._streak[name] = 0
+        elif status is Status.RETRY:
+            self.summary.retry += 1
+        else:
+            self.summary.failed += 1
+            self._failures[claim.row.task_id] = AlertItem(
+                task_id=claim.row.task_id, type=name,
+                error_class=str(decision.error_class or ""), attempts=decision.retry_count,
+                error=decision.message, row=claim.row.row, owner=claim.row.owner or config.owner,
+            )
+        if decision.open_circuit:
+            why = ("credentials refused (auth): a person must fix them"
+                   if decision.error_class is ErrorClass.AUTH
+                   else "handler misconfigured (config)")
+            self._open.setdefault(name, why)
+        elif decision.counts_for_breaker:
+            self._streak[name] += 1
+            if self._streak[name] >= config.policy.breaker_threshold:
+                self._open.setdefault(
+                    name, f"{self._streak[name]} consecutive transient failures")
+        elif status in (Status.RETRY, Status.FAILED):
+            self._streak[name] = 0
+
+    # --- alerts --------------------------------------------------------------------------
+
+    def owed(self, rows: Sequence[QueueRow]) -> list[AlertItem]:
+        """Owed alerts: failed rows of the last scan without ``alerted_at`` plus this run's failures."""
+        items: dict[str, AlertItem] = {}
+        for row in rows:
+            if row.status is Status.FAILED and not row.alerted_at:
+                items[row.task_id] = AlertItem(
+                    task_id=row.task_id, type=row.type, error_class=row.error_class,
+                    attempts=row.retry_count, error=row.raw.text("last_error"), row=row.row,
+                    owner=row.owner,
+                )
+        by_id = {r.task_id: r for r in rows}
+        for task_id, item in self._failures.items():
+            if not item.type and task_id in by_id:
+                item.type = by_id[task_id].type
+                item.owner = item.owner or by_id[task_id].owner
+            items[task_id] = item
+        for item in items.values():
+            item.link = self.store.link(self.info, self.settings.queue_sheet, item.row, item.task_id)
+        # auth failures first: they need a person to fix credentials
+        return sorted(items.values(), key=lambda i: (i.error_class != ErrorClass.AUTH, i.task_id))
+
+    def _alerts(self, rows: Sequence[QueueRow]) -> None:
+        owed = self.owed(rows)
+        self.summary.alerts_owed = len(owed)
+        if not owed or self.notifier is None:
+            return
+        report = self.notifier(owed, self.info)
+        self.summary.notes.extend(report.notes)
+        if not report.covered:
+            return
+        self.summary.alerts_sent = len(report.covered)
+        self.summary.alerts_owed = len(owed) - len(report.covered)
+        changes = mark_alerted([i for i in owed if i.task_id in set(report.covered)],
+                               settings=self.settings, now=self.clock.now(), run_id=self.run_id)
+        try:
+            self.store.apply(changes, verify_rows=False)
+        except StoreError as exc:
+            self._note(f"alert sent but alerted_at not written ({exc}); it may be sent again")
+
+
+def mark_alerted(items: Sequence[AlertItem], *, settings: Settings, now: datetime,
+                 run_id: str) -> ChangeSet:
+    """``alerted_at`` for every row a message covered, and an ``alerted`` log row each."""
+    from sheetq.queue import log_row
+    from sheetq.store.base import UpdateRow
+    from sheetq.times import format_ts
+
+    changes = ChangeSet()
+    stamp = format_ts(now)
+    for item in items:
+        changes.updates.append(UpdateRow(settings.queue_sheet, item.task_id, item.row,
+                                         {"alerted_at": stamp}))
+        changes.appends.append(log_row(now, item.task_id, item.type, Event.ALERTED,
+                                       Status.FAILED, item.attempts, "failure alert sent",
+                                       run_id, worksheet=settings.log_sheet))
+    return changes
+
+
+def summary_line(summary: RunSummary) -> str:
+    """``processed 12: 9 done, 2 retry, 1 failed, …`` — one line for cron mail."""
+    if summary.locked:
+        return f"sheetq: skipped: {summary.locked}"
+    parts = [f"{summary.done} done", f"{summary.retry} retry", f"{summary.failed} failed"]
+    for name in ("skipped", "recovered", "expired", "requeued", "released"):
+        value = getattr(summary, name)
+        if value:
+            parts.append(f"{value} {name}")
+    waiting = sum(summary.without_handler.values())
+    if waiting:
+        kinds = ", ".join(f"{t}: {n}" for t, n in sorted(summary.without_handler.items()))
+        parts.append(f"{waiting} waiting without handler ({kinds})")
+    if summary.alerts_sent:
+        parts.append(f"{summary.alerts_sent} alerted")
+    if summary.alerts_owed:
+        parts.append(f"{summary.alerts_owed} alerts owed")
+    for name, why in summary.open_circuits.items():
+        parts.append(f"circuit open for {name}: {why}")
+    batches = f"{summary.batches} batch" + ("es" if summary.batches != 1 else "")
+    return (f"sheetq: {summary.claimed} claimed in {batches} in {summary.seconds:.1f}s: "
+            + ", ".join(parts))
+
+
+def dumps(doc: dict[str, Any]) -> str:
+    return json.dumps(doc, ensure_ascii=False, sort_keys=False)

@@ -1,0 +1,37 @@
+"""Storage: one narrow port (``base``) and its adapters (``sqlite``, ``google``).
+
+``open_store(settings)`` picks the adapter from ``SHEETQ_SPREADSHEET``:
+``local:PATH`` is the embedded SQLite workbook, anything else a Google
+spreadsheet URL or key. Adapters are imported lazily: gspread is heavy.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sheetq.errors import ConfigError
+
+if TYPE_CHECKING:
+    from sheetq.config import Settings
+    from sheetq.store.base import Store
+
+LOCAL_PREFIX = "local:"
+
+
+def is_local(spreadsheet: str) -> bool:
+    return spreadsheet.startswith(LOCAL_PREFIX)
+
+
+def open_store(settings: Settings, *, create: bool = False) -> Store:
+    """The store named by ``settings.spreadsheet``. ``create`` lets a local workbook be made."""
+    target = settings.spreadsheet
+    if is_local(target):
+        from sheetq.store.sqlite import SqliteStore
+
+        path = target[len(LOCAL_PREFIX) :].strip()
+        if not path:
+            raise ConfigError("SHEETQ_SPREADSHEET=local:PATH needs a file path, e.g. local:sheetq.db")
+        return SqliteStore(path, create=create)
+    from sheetq.store.google import GoogleStore
+
+    return GoogleStore.from_settings(settings)

@@ -1,0 +1,226 @@
+"""The storage port: shaped like what a spreadsheet offers (DESIGN.md §10).
+
+* ``open()`` — the workbook: worksheet titles, header rows, time zone, leases.
+* ``read(reads)`` — the columns asked for, with sheet row numbers, in one round trip.
+* ``apply(changes)`` — one atomic change set: cell updates (rows re-located by
+  their key right before writing), row appends, row deletions and a lease
+  compare-and-set, across worksheets. All or nothing.
+
+Row numbers are 1-based sheet rows; row 1 is the header. Values are what a
+cell holds: ``str``, ``int``/``float`` (numbers), ``bool``, or ``None``/``""``
+for empty. The queue logic above this never imports an adapter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from sheetq.errors import SchemaError
+
+CellValue = str | int | float | bool | None
+
+
+def column_letter(index: int) -> str:
+    """0 → ``A``, 25 → ``Z``, 26 → ``AA``."""
+    letters = ""
+    index += 1
+    while index:
+        index, rem = divmod(index - 1, 26)
+        letters = chr(65 + rem) + letters
+    return letters
+
+
+@dataclass(frozen=True)
+class SheetInfo:
+    """A worksheet: title, numeric id, and its header row as text (``""`` for blank cells)."""
+
+    title: str
+    sheet_id: int
+    header: tuple[str, ...]
+    row_count: int = 0
+
+    def columns(self, owned: Sequence[str] = ()) -> dict[str, int]:
+        """Header name → 0-based column index. Blank headers are ignored.
+
+        Raises ``SchemaError`` when one of the ``owned`` names appears twice,
+        naming the columns: sheetq cannot tell which one to use.
+        """
+        found: dict[str, int] = {}
+        for index, name in enumerate(self.header):
+            if not name:
+                continue
+            if name in found and name in owned:
+                raise SchemaError(
+                    f"worksheet '{self.title}': column '{name}' appears twice (columns "
+                    f"{column_letter(found[name])} and {column_letter(index)}); rename or remove "
+                    "one of them"
+                )
+            found.setdefault(name, index)
+        return found
+
+    def missing(self, required: Sequence[str]) -> list[str]:
+        present = set(self.header)
+        return [name for name in required if name not in present]
+
+
+@dataclass(frozen=True)
+class WorkbookInfo:
+    title: str
+    sheets: Mapping[str, SheetInfo]
+    time_zone: str = "UTC"
+    locale: str = "en_US"
+    url: str = ""
+    leases: Mapping[str, str] = field(default_factory=dict)
+
+    def sheet(self, title: str) -> SheetInfo:
+        try:
+            return self.sheets[title]
+        except KeyError:
+            raise SchemaError(
+                f"worksheet '{title}' not found in '{self.title}'; run `sheetq init` to create it"
+            ) from None
+
+
+@dataclass(frozen=True)
+class Read:
+    """Columns of a worksheet. ``columns=None``: every named column. ``rows=None``: every data row."""
+
+    worksheet: str
+    columns: tuple[str, ...] | None = None
+    rows: tuple[int, ...] | None = None
+
+
+@dataclass
+class Row:
+    number: int
+    values: dict[str, CellValue]
+
+    def text(self, column: str) -> str:
+        """The cell as text; numbers without a needless ``.0``."""
+        value = self.values.get(column)
+        if value is None:
+            return ""
+        if isinstance(value, bool):
+            return "TRUE" if value else "FALSE"
+        if isinstance(value, float) and value.is_integer():
+            return str(int(value))
+        return str(value)
+
+
+@dataclass
+class Snapshot:
+    worksheet: str
+    header: tuple[str, ...]
+    rows: list[Row]
+
+
+@dataclass(frozen=True)
+class UpdateRow:
+    """Write ``values`` (by column name) into the row whose ``key_column`` holds ``key``.
+
+    ``row`` is where it was last seen; the adapter re-locates it by key right
+    before writing. ``key=None`` writes at ``row`` as is (only for `init`).
+    """
+
+    worksheet: str
+    key: str | None
+    row: int
+    values: Mapping[str, CellValue]
+    key_column: str = "task_id"
+
+
+@dataclass(frozen=True)
+class AppendRow:
+    worksheet: str
+    values: Mapping[str, CellValue]
+
+
+@dataclass(frozen=True)
+class DeleteRow:
+    """Delete the row holding ``key`` (re-located like ``UpdateRow``)."""
+
+    worksheet: str
+    key: str
+    row: int
+    key_column: str = "task_id"
+
+
+@dataclass(frozen=True)
+class LeaseChange:
+    """Compare-and-set on a named lease: expect ``replaces`` (``None``: absent), set ``token``
+    (``None``: release). Fails with ``LeaseConflict`` and changes nothing otherwise."""
+
+    name: str
+    token: str | None
+    replaces: str | None
+
+
+@dataclass
+class ChangeSet:
+    updates: list[UpdateRow] = field(default_factory=list)
+    appends: list[AppendRow] = field(default_factory=list)
+    deletes: list[DeleteRow] = field(default_factory=list)
+    lease: LeaseChange | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.updates or self.appends or self.deletes or self.lease)
+
+    def extend(self, other: ChangeSet) -> None:
+        self.updates.extend(other.updates)
+        self.appends.extend(other.appends)
+        self.deletes.extend(other.deletes)
+        if other.lease is not None:
+            self.lease = other.lease
+
+
+@dataclass
+class ApplyResult:
+    """``missing``: keys of updates/deletes whose row was gone (a person deleted it);
+    ``rows``: key → the row an update was written to."""
+
+    missing: list[str] = field(default_factory=list)
+    rows: dict[str, int] = field(default_factory=dict)
+
+
+class Store(Protocol):
+    """What sheetq needs from a spreadsheet backend."""
+
+    def open(self) -> WorkbookInfo:
+        """The workbook, its worksheets' headers and leases. One round trip."""
+        ...
+
+    def read(self, reads: Sequence[Read]) -> list[Snapshot]:
+        """Several column reads in one round trip, in order."""
+        ...
+
+    def apply(self, changes: ChangeSet, *, verify_rows: bool = True) -> ApplyResult:
+        """Apply all changes atomically (see the module docstring).
+
+        ``verify_rows=False`` trusts the row numbers of the updates (the caller
+        located them moments ago) and saves the adapter a read; the local
+        backend always locates rows inside its transaction.
+        """
+        ...
+
+    def ensure_worksheets(self, spec: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
+        """Create missing worksheets and append missing header cells; returns what was added
+        (worksheet → column names; a new worksheet lists all). Never destroys data."""
+        ...
+
+    def format_worksheets(self, queue: str, log: str, archive: str) -> list[str]:
+        """Cosmetics for people (frozen header, status drop-down, colours, protection).
+        Returns what was done, one line each; the local backend does nothing."""
+        ...
+
+    def close(self) -> None: ...
+
+    @property
+    def requests_made(self) -> int:
+        """Round trips to the backend so far (for ``--json`` and benchmarks)."""
+        ...
+
+    def link(self, info: WorkbookInfo, worksheet: str, row: int, task_id: str) -> str:
+        """Where a person finds the row: a URL for Google, the task id for local."""
+        ...

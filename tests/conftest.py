@@ -1,0 +1,221 @@
+"""Shared fixtures: a clean environment, the CLI in-process and as a subprocess, and workbooks.
+
+A ``book`` is a sheetq workbook on one backend (local SQLite, or Google through the
+loopback Sheets API emulator) with the same helper methods on both, so each CLI test
+runs on every backend. The helpers act like a person editing the sheet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared"
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+_PRIVATE_PREFIXES = ("SHEETQ_", "TELEGRAM_")
+_PRIVATE_NAMES = ("GOOGLE_APPLICATION_CREDENTIALS", "XDG_CACHE_HOME")
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """No developer shell variable, .env or sheetq.toml leaks into a test."""
+    for name in list(os.environ):
+        if name.startswith(_PRIVATE_PREFIXES) or name in _PRIVATE_NAMES:
+            monkeypatch.delenv(name, raising=False)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("SHEETQ_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.setenv("PTB_TIMEDELTA", "true")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    return work
+
+
+@dataclass
+class Result:
+    code: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+
+def run_cli(args: Sequence[str], *, input: str | None = None) -> Result:
+    """Run ``sheetq ARGS`` in this process (fast); stdin, stdout and stderr captured."""
+    from sheetq.cli import app as app_module
+    from sheetq.cli import _output
+
+    app_module.state.__init__()  # type: ignore[misc]
+    _output._out = None
+    _output._err = None
+    out, err = io.StringIO(), io.StringIO()
+    stdin = io.StringIO(input or "")
+    stdin.isatty = lambda: input is None  # type: ignore[method-assign]
+    old_stdin = sys.stdin
+    sys.stdin = stdin
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = app_module.main(list(args))
+    finally:
+        sys.stdin = old_stdin
+    return Result(code, out.getvalue(), err.getvalue())
+
+
+def run_proc(args: Sequence[str], *, input: str | None = None, env: dict[str, str] | None = None,
+             timeout: float = 60) -> Result:
+    """Run the installed ``sheetq`` console script in a subprocess."""
+    completed = subprocess.run(
+        [sys.executable, "-m", "sheetq", *args], input=input, capture_output=True, text=True,
+        env={**os.environ, **(env or {})}, timeout=timeout,
+    )
+    return Result(completed.returncode, completed.stdout, completed.stderr)
+
+
+@pytest.fixture
+def cli() -> Any:
+    return run_cli
+
+
+class Book:
+    """A workbook sheetq works on, with a person's editing hands. Rows are 1-based sheet rows."""
+
+    spreadsheet: str
+
+    def grid(self, sheet: str) -> list[list[Any]]:
+        raise NotImplementedError
+
+    def set_cell(self, sheet: str, row: int, column: str, value: Any) -> None:
+        raise NotImplementedError
+
+    def sort(self, sheet: str, column: str) -> None:
+        raise NotImplementedError
+
+    def insert_column(self, sheet: str, at: int, name: str) -> None:
+        raise NotImplementedError
+
+    # derived helpers, same on every backend
+    def records(self, sheet: str = "Queue") -> list[dict[str, str]]:
+        grid = self.grid(sheet)
+        if not grid:
+            return []
+        header = [str(h or "") for h in grid[0]]
+        out = []
+        for number, row in enumerate(grid[1:], start=2):
+            cells = list(row) + [""] * (len(header) - len(row))
+            record = {h: _text(v) for h, v in zip(header, cells, strict=False) if h}
+            if any(record.values()):
+                record["_row"] = str(number)
+                out.append(record)
+        return out
+
+    def row_of(self, task_id: str, sheet: str = "Queue") -> dict[str, str]:
+        for record in self.records(sheet):
+            if record.get("task_id") == task_id:
+                return record
+        raise KeyError(task_id)
+
+    def log(self, task_id: str | None = None) -> list[dict[str, str]]:
+        rows = self.records("QueueLog")
+        return [r for r in rows if task_id is None or r["task_id"] == task_id]
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+class LocalBook(Book):
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.spreadsheet = f"local:{path}"
+
+    def _store(self) -> Any:
+        from sheetq.store.sqlite import SqliteStore
+
+        return SqliteStore(self.path)
+
+    def grid(self, sheet: str) -> list[list[Any]]:
+        store = self._store()
+        try:
+            return store.values(sheet)
+        finally:
+            store.close()
+
+    def set_cell(self, sheet: str, row: int, column: str, value: Any) -> None:
+        store = self._store()
+        try:
+            store.set_cell(sheet, row, column, value)
+        finally:
+            store.close()
+
+    def sort(self, sheet: str, column: str) -> None:
+        store = self._store()
+        try:
+            store.sort_rows(sheet, column)
+        finally:
+            store.close()
+
+    def insert_column(self, sheet: str, at: int, name: str) -> None:
+        store = self._store()
+        try:
+            store.insert_column(sheet, at, name)
+        finally:
+            store.close()
+
+
+def _make_local(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Book:
+    book = LocalBook(tmp_path / "book.db")
+    monkeypatch.setenv("SHEETQ_SPREADSHEET", book.spreadsheet)
+    return book
+
+
+BACKENDS = ["local"]
+
+
+@pytest.fixture(params=BACKENDS)
+def empty_book(request: pytest.FixtureRequest, tmp_path: Path,
+               monkeypatch: pytest.MonkeyPatch) -> Iterator[Book]:
+    """A workbook that `sheetq init` has not touched yet (SHEETQ_SPREADSHEET points at it)."""
+    if request.param == "local":
+        yield _make_local(tmp_path, monkeypatch)
+    else:  # pragma: no cover - filled in by the Google backend fixtures
+        raise NotImplementedError(request.param)
+
+
+@pytest.fixture
+def book(empty_book: Book) -> Book:
+    """An initialised workbook (Queue, QueueLog, QueueArchive)."""
+    result = run_cli(["init"])
+    assert result.code == 0, result.stderr
+    return empty_book
+
+
+def write_config(text: str, path: Path | None = None) -> Path:
+    """Write ``sheetq.toml`` in the working directory (the default config location)."""
+    target = path or Path.cwd() / "sheetq.toml"
+    target.write_text(text, encoding="utf-8")
+    return target
+
+
+def handler_script(tmp: Path, name: str, body: str) -> str:
+    """A Python command handler script; returns a TOML command array for it."""
+    script = tmp / f"{name}.py"
+    script.write_text(body, encoding="utf-8")
+    return json.dumps([sys.executable, str(script)])

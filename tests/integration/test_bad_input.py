@@ -1,0 +1,139 @@
+"""Bad input of every kind: one clear line on stderr, the documented exit code, nothing written."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Book, run_cli, write_config
+
+
+def _one_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "stdin", "fragment"),
+    [
+        (["enqueue", "lead", "{not json"], None, "invalid JSON at line 1, column 2"),
+        (["enqueue", "lead", "[1, 2, 3]"], None, "expected a JSON object, got an array"),
+        (["enqueue", "lead", '"text"'], None, "got a string"),
+        (["enqueue", "lead", "-"], "", "empty"),
+        (["enqueue", "lead", "--file", "/no/such/file.json"], None, "no such file"),
+        (["enqueue", "lead", "{}", "--file", "x.json"], None, "not both"),
+        (["enqueue", "lead", "--jsonl", "--key", "k"], "{}\n", "--key cannot be used"),
+        (["enqueue", "bad type!", "{}"], None, "TYPE 'bad type!'"),
+        (["enqueue", "lead", "{}", "--key", "   "], None, "--key: empty"),
+        (["enqueue", "lead", "{}", "--delay", "soon"], None, "expected a duration"),
+        (["enqueue", "lead", "{}", "--at", "next week"], None, "--at"),
+        (["enqueue", "lead", "{}", "--tpye", "x"], None, "No such option: --tpye"),
+        (["enqueue"], None, "Missing argument 'TYPE'"),
+        (["process", "--batch-size", "0"], None, "--batch-size"),
+        (["process", "--max-batches", "2", "--until-empty"], None, "not both"),
+        (["process", "--max-runtime", "fast"], None, "--max-runtime"),
+        (["list", "--status", "nope"], None, "--status 'nope'"),
+        (["requeue", "--error-class", "bogus"], None, "--error-class 'bogus'"),
+        (["frobnicate"], None, "No such command 'frobnicate'"),
+    ],
+)
+def test_usage_errors_exit_2_and_write_nothing(book: Book, args: list[str], stdin: str | None,
+                                               fragment: str) -> None:
+    """Each mistake is named in one line, exit 2, and the sheet is unchanged."""
+    r = run_cli(args, input=stdin)
+    assert r.code == 2, (r.stdout, r.stderr)
+    assert fragment in _one_line(r.stderr)
+    assert book.records() == [] and book.log() == []
+
+
+def test_missing_spreadsheet_names_both_forms(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No SHEETQ_SPREADSHEET and no --spreadsheet: exit 2 naming both forms; no local fallback."""
+    monkeypatch.delenv("SHEETQ_SPREADSHEET", raising=False)
+    for args in (["enqueue", "lead", "{}"], ["process"], ["status"]):
+        r = run_cli(args)
+        assert r.code == 2
+        line = _one_line(r.stderr)
+        assert "SHEETQ_SPREADSHEET" in line and "local:PATH" in line and "Google" in line
+    assert not list(Path.cwd().glob("*.db"))
+
+
+def test_workbook_not_initialised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A local workbook that does not exist yet: exit 2 telling to run `sheetq init`."""
+    monkeypatch.setenv("SHEETQ_SPREADSHEET", f"local:{tmp_path / 'none.db'}")
+    r = run_cli(["enqueue", "lead", "{}"])
+    assert r.code == 2 and "sheetq init" in _one_line(r.stderr)
+    assert not (tmp_path / "none.db").exists()
+    (tmp_path / "junk.db").write_text("this is not sqlite")
+    monkeypatch.setenv("SHEETQ_SPREADSHEET", f"local:{tmp_path / 'junk.db'}")
+    r = run_cli(["status"])
+    assert r.code == 2 and "not a sheetq workbook" in _one_line(r.stderr)
+
+
+@pytest.mark.parametrize(
+    ("config", "fragment"),
+    [
+        ("[types.lead\ncommand = 'x'\n", "not valid TOML"),
+        ("[types.lead]\ncomand = 'x'\n", "did you mean 'command'"),
+        ("[defaults]\nmax_attempts = 0\n", "max_attempts"),
+        ("[types.lead]\nhttp = { headers = {} }\n", "http.url: required"),
+    ],
+)
+def test_bad_config_exit_2(book: Book, config: str, fragment: str) -> None:
+    """An invalid sheetq.toml: one line naming the problem, exit 2, for every command."""
+    write_config(config)
+    for args in (["process"], ["enqueue", "lead", "{}"], ["status"]):
+        r = run_cli(args)
+        assert r.code == 2, r.stderr
+        assert fragment in _one_line(r.stderr)
+    assert book.records() == []
+
+
+def test_unreadable_config(book: Book, tmp_path: Path) -> None:
+    """A config file that cannot be read, or a --config that does not exist: exit 2."""
+    r = run_cli(["--config", str(tmp_path / "missing.toml"), "status"])
+    assert r.code == 2 and "not found" in _one_line(r.stderr)
+    path = write_config("[queue]\n")
+    if os.geteuid() != 0:  # root reads everything
+        path.chmod(0)
+        r = run_cli(["status"])
+        assert r.code == 2 and "cannot read" in _one_line(r.stderr)
+    r = run_cli(["--config", str(tmp_path), "status"])
+    assert r.code == 2 and "cannot read" in _one_line(r.stderr)
+
+
+def test_missing_columns_and_duplicate_headers(book: Book) -> None:
+    """A sheet missing sheetq's columns says to run init; a repeated header names its columns."""
+    grid = book.grid("Queue")
+    status_col = grid[0].index("status")
+    book.set_cell("Queue", 1, "status", "state")
+    r = run_cli(["status"])
+    assert r.code == 2 and "lacks column(s) status" in r.stderr and "sheetq init" in r.stderr
+    book.set_cell("Queue", 1, "state", "status")
+    book.set_cell("Queue", 1, "owner", "type")
+    r = run_cli(["process"])
+    assert r.code == 2
+    line = _one_line(r.stderr)
+    assert "'type' appears twice" in line and "columns C and Q" in line
+    assert status_col == 4
+
+
+def test_bad_sheetq_now(book: Book, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SHEETQ_NOW that is not ISO 8601 is refused with exit 2."""
+    monkeypatch.setenv("SHEETQ_NOW", "yesterday")
+    r = run_cli(["process"])
+    assert r.code == 2 and "SHEETQ_NOW" in _one_line(r.stderr)
+
+
+def test_help_for_every_command_has_an_example() -> None:
+    """Every command has help text with an example (and none crashes)."""
+    from sheetq.cli.app import app
+
+    names = [c.name or c.callback.__name__ for c in app.registered_commands if c.callback]
+    assert len(names) >= 13
+    for name in names:
+        r = run_cli([name, "--help"])
+        assert r.code == 0, (name, r.stderr)
+        assert "Example" in r.stdout, name
