@@ -17,8 +17,15 @@ from sheetq.model import new_task_id
 from sheetq.store.base import CellValue, ChangeSet, Read, Store, UpdateRow, WorkbookInfo
 from sheetq.times import format_ts
 
-_COLUMNS = ("task_id", "created_at", "type", "payload_json", "idempotency_key", "payload_hash",
-            "status")
+_COLUMNS = (
+    "task_id",
+    "created_at",
+    "type",
+    "payload_json",
+    "idempotency_key",
+    "payload_hash",
+    "status",
+)
 
 
 def adopt_rows(store: Store, info: WorkbookInfo, settings: Settings, *, now: datetime) -> list[str]:
@@ -44,8 +51,8 @@ def adopt_rows(store: Store, info: WorkbookInfo, settings: Settings, *, now: dat
         task_type = row.text("type").strip()
         if not row.text("idempotency_key").strip() and task_type:
             values["idempotency_key"] = derive_key(
-                task_type, payload, canonical,
-                key_fields=settings.type_config(task_type).key_fields)
+                task_type, payload, canonical, key_fields=settings.type_config(task_type).key_fields
+            )
         if not row.text("created_at").strip():
             values["created_at"] = format_ts(now)
         task_id = row.text("task_id").strip()
@@ -54,14 +61,19 @@ def adopt_rows(store: Store, info: WorkbookInfo, settings: Settings, *, now: dat
         if not row.text("status").strip():
             blank_status += 1
         if values:
-            changes.updates.append(UpdateRow(settings.queue_sheet, task_id or None, row.number,
-                                             values))
+            changes.updates.append(
+                UpdateRow(settings.queue_sheet, task_id or None, row.number, values)
+            )
     lines: list[str] = []
     if changes:
         store.apply(changes)
-        lines.append(f"{settings.queue_sheet}: adopted {len(changes.updates)} existing row(s) "
-                     "(payload_hash, idempotency_key, created_at, task_id filled where empty)")
+        lines.append(
+            f"{settings.queue_sheet}: adopted {len(changes.updates)} existing row(s) "
+            "(payload_hash, idempotency_key, created_at, task_id filled where empty)"
+        )
     lines.extend(f"warning: {message}; left as is" for message in bad[:20])
     if blank_status:
-        lines.append(f"note: {blank_status} row(s) have an empty status; type 'pending' to run them")
+        lines.append(
+            f"note: {blank_status} row(s) have an empty status; type 'pending' to run them"
+        )
     return lines

@@ -25,19 +25,45 @@ from sheetq.times import parse_duration
 DEFAULT_CONFIG = "sheetq.toml"
 ON_UNKNOWN = ("retry", "reconcile", "fail")
 
-_POLICY_KEYS = {"max_attempts", "backoff", "jitter", "timeout", "lease", "max_age",
-                "breaker_threshold"}
+_POLICY_KEYS = {
+    "max_attempts",
+    "backoff",
+    "jitter",
+    "timeout",
+    "lease",
+    "max_age",
+    "breaker_threshold",
+}
 _DEFAULT_KEYS = _POLICY_KEYS | {"redact_fields", "owner"}
-_TYPE_KEYS = _DEFAULT_KEYS | {"command", "http", "python", "key_fields", "idempotent",
-                              "on_unknown", "reconcile", "rate_limit", "env", "cwd"}
-_QUEUE_KEYS = {"spreadsheet", "queue_sheet", "log_sheet", "archive_sheet", "lock_dir",
-               "batch_size"}
+_TYPE_KEYS = _DEFAULT_KEYS | {
+    "command",
+    "http",
+    "python",
+    "key_fields",
+    "idempotent",
+    "on_unknown",
+    "reconcile",
+    "rate_limit",
+    "env",
+    "cwd",
+}
+_QUEUE_KEYS = {"spreadsheet", "queue_sheet", "log_sheet", "archive_sheet", "lock_dir", "batch_size"}
 _TELEGRAM_KEYS = {"chat_id", "thread_id", "template", "api_url"}
 _TOP_KEYS = {"queue", "defaults", "types", "telegram"}
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*(\d*)\s*([a-z]+)\s*$", re.IGNORECASE)
-_RATE_UNITS = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60, "h": 3600,
-               "hour": 3600, "d": 86400, "day": 86400}
+_RATE_UNITS = {
+    "s": 1,
+    "sec": 1,
+    "second": 1,
+    "m": 60,
+    "min": 60,
+    "minute": 60,
+    "h": 3600,
+    "hour": 3600,
+    "d": 86400,
+    "day": 86400,
+}
 
 
 @dataclass(frozen=True)
@@ -213,7 +239,7 @@ def _handler(where: str, raw: Mapping[str, Any]) -> HandlerSpec | None:
     if isinstance(value, str):
         value = {"url": value}
     if not isinstance(value, dict):
-        raise ConfigError(f"{where}.http: expected a table like {{ url = \"https://…\" }}")
+        raise ConfigError(f'{where}.http: expected a table like {{ url = "https://…" }}')
     _unknown_keys(f"{where}.http", value, {"url", "headers", "method"})
     url = value.get("url")
     if not isinstance(url, str) or not url.strip():
@@ -230,7 +256,9 @@ def _rate(where: str, value: Any) -> RateLimit:
     unit = match.group(3).lower().rstrip("s") if match else ""
     unit = unit or "s"
     if not match or (unit not in _RATE_UNITS and unit + "s" not in _RATE_UNITS):
-        raise ConfigError(f"{where}: expected a rate like '30/min', '2/s' or '100/hour', got {value!r}")
+        raise ConfigError(
+            f"{where}: expected a rate like '30/min', '2/s' or '100/hour', got {value!r}"
+        )
     calls = float(match.group(1))
     per = float(match.group(2) or 1) * _RATE_UNITS.get(unit, _RATE_UNITS.get(unit + "s", 1))
     if calls <= 0:
@@ -253,11 +281,15 @@ def _type(name: str, raw: Any, defaults: TypeConfig, base_dir: Path) -> TypeConf
     reconcile = None
     if "reconcile" in raw:
         if not isinstance(raw["reconcile"], dict):
-            raise ConfigError(f"{where}.reconcile: expected {{ command = [...] }} or {{ python = ... }}")
+            raise ConfigError(
+                f"{where}.reconcile: expected {{ command = [...] }} or {{ python = ... }}"
+            )
         _unknown_keys(f"{where}.reconcile", raw["reconcile"], {"command", "python"})
         reconcile = _handler(f"{where}.reconcile", raw["reconcile"])
     if on_unknown == "reconcile" and reconcile is None:
-        raise ConfigError(f"{where}: on_unknown = \"reconcile\" needs reconcile = {{ command = [...] }}")
+        raise ConfigError(
+            f'{where}: on_unknown = "reconcile" needs reconcile = {{ command = [...] }}'
+        )
     env = raw.get("env", {})
     if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
         raise ConfigError(f"{where}.env: expected a table of strings")
@@ -321,8 +353,12 @@ def load_settings(
     queue = raw.get("queue", {})
     defaults_raw = raw.get("defaults", {})
     telegram_raw = raw.get("telegram", {})
-    for section, value in (("[queue]", queue), ("[defaults]", defaults_raw),
-                           ("[telegram]", telegram_raw), ("[types]", raw.get("types", {}))):
+    for section, value in (
+        ("[queue]", queue),
+        ("[defaults]", defaults_raw),
+        ("[telegram]", telegram_raw),
+        ("[types]", raw.get("types", {})),
+    ):
         if not isinstance(value, dict):
             raise ConfigError(f"{where} {section}: expected a table")
     _unknown_keys("[queue]", queue, _QUEUE_KEYS)
@@ -357,9 +393,11 @@ def load_settings(
             raise ConfigError(f"{env_name} / [queue].{key}: expected a worksheet title")
         return value
 
-    names = (pick("SHEETQ_QUEUE_SHEET", "queue_sheet", "Queue"),
-             pick("SHEETQ_LOG_SHEET", "log_sheet", "QueueLog"),
-             pick("SHEETQ_ARCHIVE_SHEET", "archive_sheet", "QueueArchive"))
+    names = (
+        pick("SHEETQ_QUEUE_SHEET", "queue_sheet", "Queue"),
+        pick("SHEETQ_LOG_SHEET", "log_sheet", "QueueLog"),
+        pick("SHEETQ_ARCHIVE_SHEET", "archive_sheet", "QueueArchive"),
+    )
     if len(set(names)) != 3:
         raise ConfigError(f"the queue, log and archive worksheets must differ, got {names}")
     batch_size = queue.get("batch_size", 10)
@@ -371,8 +409,11 @@ def load_settings(
         token=env.get("TELEGRAM_BOT_TOKEN", "").strip(),
         chat_id=str(env.get("TELEGRAM_CHAT_ID") or telegram_raw.get("chat_id", "")).strip(),
         thread_id=str(env.get("TELEGRAM_THREAD_ID") or telegram_raw.get("thread_id", "")).strip(),
-        api_url=(env.get("SHEETQ_TELEGRAM_API_URL") or telegram_raw.get("api_url")
-                 or "https://api.telegram.org").rstrip("/"),
+        api_url=(
+            env.get("SHEETQ_TELEGRAM_API_URL")
+            or telegram_raw.get("api_url")
+            or "https://api.telegram.org"
+        ).rstrip("/"),
         template=(base_dir / template) if isinstance(template, str) else None,
     )
     return Settings(
@@ -385,7 +426,9 @@ def load_settings(
         defaults=defaults,
         types=types,
         telegram=telegram,
-        sheets_api_url=(env.get("SHEETQ_SHEETS_API_URL") or "https://sheets.googleapis.com").rstrip("/"),
+        sheets_api_url=(env.get("SHEETQ_SHEETS_API_URL") or "https://sheets.googleapis.com").rstrip(
+            "/"
+        ),
         credentials=env.get("GOOGLE_APPLICATION_CREDENTIALS", ""),
         config_path=config_path,
         base_dir=base_dir,
@@ -404,7 +447,9 @@ def expand(value: str, env: Mapping[str, str] | None = None, *, where: str = "")
     def sub(match: re.Match[str]) -> str:
         name = match.group(1)
         if name not in env:
-            raise ConfigError(f"{where}: environment variable {name} is not set (used as ${{{name}}})")
+            raise ConfigError(
+                f"{where}: environment variable {name} is not set (used as ${{{name}}})"
+            )
         return env[name]
 
     return _VAR.sub(sub, value)

@@ -65,7 +65,7 @@ class LeaseConflict(StoreError):
 # --- handler signals -------------------------------------------------------
 
 
-class HandlerSignal(Exception):  # noqa: N818 - a signal, not an error
+class HandlerSignal(Exception):
     """Base of the exceptions a Python handler raises to decide a task's outcome."""
 
     def __init__(self, message: str = "") -> None:

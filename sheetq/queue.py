@@ -34,16 +34,41 @@ from sheetq.times import Unparseable, format_ts, parse_ts
 
 # Columns a `process` scan needs: everything but the large text cells.
 SCAN_COLUMNS = (
-    "task_id", "created_at", "type", "status", "retry_count", "next_retry_at",
-    "idempotency_key", "error_class", "lease_owner", "lease_until", "alerted_at", "owner",
+    "task_id",
+    "created_at",
+    "type",
+    "status",
+    "retry_count",
+    "next_retry_at",
+    "idempotency_key",
+    "error_class",
+    "lease_owner",
+    "lease_until",
+    "alerted_at",
+    "owner",
     "last_error",
 )
-STATUS_COLUMNS = ("task_id", "created_at", "type", "status", "next_retry_at", "alerted_at",
-                  "error_class", "lease_until")
+STATUS_COLUMNS = (
+    "task_id",
+    "created_at",
+    "type",
+    "status",
+    "next_retry_at",
+    "alerted_at",
+    "error_class",
+    "lease_until",
+)
 KEY_COLUMNS = ("task_id", "idempotency_key", "payload_hash", "status")
 _FAR_FUTURE = datetime.max.replace(tzinfo=None)
-_LATE_STATUSES = frozenset({ErrorClass.PERMANENT, ErrorClass.AUTH, ErrorClass.EXPIRED,
-                            ErrorClass.DUPLICATE, ErrorClass.CONFIG})
+_LATE_STATUSES = frozenset(
+    {
+        ErrorClass.PERMANENT,
+        ErrorClass.AUTH,
+        ErrorClass.EXPIRED,
+        ErrorClass.DUPLICATE,
+        ErrorClass.CONFIG,
+    }
+)
 
 
 def as_int(value: CellValue) -> int:
@@ -170,7 +195,7 @@ def requeued_by_person(row: QueueRow) -> str | None:
         marked = row.next_retry_at is None or bool(row.alerted_at) or late
     if not (typed or marked):
         return None
-    if row.alerted_at or late or row.error_class in RETRYABLE and row.status is Status.PENDING:
+    if row.alerted_at or late or (row.error_class in RETRYABLE and row.status is Status.PENDING):
         return "skipped" if row.error_class == ErrorClass.DUPLICATE else "failed"
     return "edited"
 
@@ -256,10 +281,22 @@ def plan_batch(
         entry.values.update(values)
         entry.values["updated_at"] = stamp
 
-    def log(row: QueueRow, event: Event, status: Status | str, retry_count: int,
-            message: str = "") -> None:
-        logs.append(log_row(now, row.task_id, row.type, event, status, retry_count, message,
-                            run_id, worksheet=log_sheet))
+    def log(
+        row: QueueRow, event: Event, status: Status | str, retry_count: int, message: str = ""
+    ) -> None:
+        logs.append(
+            log_row(
+                now,
+                row.task_id,
+                row.type,
+                event,
+                status,
+                retry_count,
+                message,
+                run_id,
+                worksheet=log_sheet,
+            )
+        )
 
     winners = _winners(rows)
     candidates: list[QueueRow] = []
@@ -291,12 +328,18 @@ def plan_batch(
         status = row.status
         was = requeued_by_person(row)
         if was is not None:
-            values: dict[str, CellValue] = {"status": str(status), "alerted_at": "",
-                                            "error_class": ""}
+            values: dict[str, CellValue] = {
+                "status": str(status),
+                "alerted_at": "",
+                "error_class": "",
+            }
             values["next_retry_at"] = stamp if status is Status.RETRY else ""
             change(row, **values)
-            what = f"requeued by a person (was {was})" if was != "edited" else (
-                f"status typed by a person as {row.status_text!r}")
+            what = (
+                f"requeued by a person (was {was})"
+                if was != "edited"
+                else (f"status typed by a person as {row.status_text!r}")
+            )
             log(row, Event.REQUEUED, status, row.retry_count, what)
             plan.requeued += 1
             row.next_retry_at = None
@@ -305,13 +348,22 @@ def plan_batch(
             plan.invalid_times.append(f"{row.task_id}: next_retry_at {row.next_retry_at.text!r}")
         # Step 3: too old to be worth running.
         created = row.created
-        if (config.policy.max_age is not None and created is not None
-                and now - created > timedelta(seconds=config.policy.max_age)):
+        if (
+            config.policy.max_age is not None
+            and created is not None
+            and now - created > timedelta(seconds=config.policy.max_age)
+        ):
             age = (now - created).total_seconds() / 3600
             message = f"expired: {age:.0f}h old, max_age is {config.policy.max_age / 3600:g}h"
-            change(row, status=str(Status.FAILED), error_class=str(ErrorClass.EXPIRED),
-                   last_error=message, next_retry_at="", alerted_at="",
-                   owner=row.owner or config.owner)
+            change(
+                row,
+                status=str(Status.FAILED),
+                error_class=str(ErrorClass.EXPIRED),
+                last_error=message,
+                next_retry_at="",
+                alerted_at="",
+                owner=row.owner or config.owner,
+            )
             log(row, Event.EXPIRED, Status.FAILED, row.retry_count, message)
             plan.expired += 1
             continue
@@ -319,8 +371,13 @@ def plan_batch(
         winner = winners.get(row.idempotency_key)
         if winner is not None and winner is not row:
             message = f"duplicate of {winner.task_id} (same idempotency key, created earlier)"
-            change(row, status=str(Status.SKIPPED), error_class=str(ErrorClass.DUPLICATE),
-                   last_error=message, next_retry_at="")
+            change(
+                row,
+                status=str(Status.SKIPPED),
+                error_class=str(ErrorClass.DUPLICATE),
+                last_error=message,
+                next_retry_at="",
+            )
             log(row, Event.SKIPPED, Status.SKIPPED, row.retry_count, message)
             plan.skipped += 1
             continue
@@ -345,13 +402,17 @@ def plan_batch(
             if row.task_id in changes and "status" in changes[row.task_id].values:
                 previous = Status(str(changes[row.task_id].values["status"]))
             change(row, status=str(Status.PROCESSING), lease_owner=run_id, lease_until=until)
-            message = ("reconciling a lost outcome" if row in reconciles
-                       else f"attempt {row.retry_count + 1}")
+            message = (
+                "reconciling a lost outcome"
+                if row in reconciles
+                else f"attempt {row.retry_count + 1}"
+            )
             log(row, Event.CLAIMED, Status.PROCESSING, row.retry_count, message)
             plan.claims.append(Claim(row, previous, reconcile=row in reconciles))
 
     plan.changes.updates.extend(
-        UpdateRow(queue_sheet, e.row.task_id, e.row.row, e.values) for e in changes.values())
+        UpdateRow(queue_sheet, e.row.task_id, e.row.row, e.values) for e in changes.values()
+    )
     plan.changes.appends.extend(logs)
     return plan
 
@@ -364,10 +425,16 @@ def recover(row: QueueRow, config: TypeConfig, now: datetime, rng: random.Random
     """
     message = "lease expired while processing: the runner stopped before recording the outcome"
     if config.on_unknown == "retry":
-        return decide(Outcome.unknown(message + "; retrying"), row.retry_count, config.policy,
-                      now, rng)
-    return Decision(Status.FAILED, row.retry_count + 1, ErrorClass.UNKNOWN, None,
-                    message + "; a person must check whether it happened")
+        return decide(
+            Outcome.unknown(message + "; retrying"), row.retry_count, config.policy, now, rng
+        )
+    return Decision(
+        Status.FAILED,
+        row.retry_count + 1,
+        ErrorClass.UNKNOWN,
+        None,
+        message + "; a person must check whether it happened",
+    )
 
 
 def decision_values(decision: Decision, row: QueueRow, config: TypeConfig) -> dict[str, CellValue]:
@@ -379,7 +446,8 @@ def decision_values(decision: Decision, row: QueueRow, config: TypeConfig) -> di
         "next_retry_at": format_ts(decision.next_retry_at) if decision.next_retry_at else "",
         "error_class": str(decision.error_class) if decision.error_class else "",
         "last_error": shorten(decision.message, MAX_ERROR_CHARS)
-        if decision.status is not Status.DONE else "",
+        if decision.status is not Status.DONE
+        else "",
         "lease_owner": "",
         "lease_until": "",
     }
@@ -408,28 +476,55 @@ def complete(
     values = decision_values(decision, row, config)
     values["updated_at"] = format_ts(now)
     event = event or Event(str(decision.status))
-    message = decision.message if decision.status is not Status.DONE else shorten(
-        decision.result, 200)
+    message = (
+        decision.message if decision.status is not Status.DONE else shorten(decision.result, 200)
+    )
     return ChangeSet(
         updates=[UpdateRow(settings.queue_sheet, row.task_id, row.row, values)],
-        appends=[log_row(now, row.task_id, row.type, event, decision.status,
-                         decision.retry_count, message, run_id, duration_ms,
-                         worksheet=settings.log_sheet)],
+        appends=[
+            log_row(
+                now,
+                row.task_id,
+                row.type,
+                event,
+                decision.status,
+                decision.retry_count,
+                message,
+                run_id,
+                duration_ms,
+                worksheet=settings.log_sheet,
+            )
+        ],
     )
 
 
-def release(claim: Claim, *, now: datetime, run_id: str, reason: str,
-            settings: Settings) -> ChangeSet:
+def release(
+    claim: Claim, *, now: datetime, run_id: str, reason: str, settings: Settings
+) -> ChangeSet:
     """Give back a claimed row that was not started: previous status, lease cleared,
     no attempt counted. Logged as ``requeued``."""
     row = claim.row
-    values: dict[str, CellValue] = {"status": str(claim.previous), "lease_owner": "",
-                                    "lease_until": "", "updated_at": format_ts(now)}
+    values: dict[str, CellValue] = {
+        "status": str(claim.previous),
+        "lease_owner": "",
+        "lease_until": "",
+        "updated_at": format_ts(now),
+    }
     return ChangeSet(
         updates=[UpdateRow(settings.queue_sheet, row.task_id, row.row, values)],
-        appends=[log_row(now, row.task_id, row.type, Event.REQUEUED, claim.previous,
-                         row.retry_count, f"released, not started: {reason}", run_id,
-                         worksheet=settings.log_sheet)],
+        appends=[
+            log_row(
+                now,
+                row.task_id,
+                row.type,
+                Event.REQUEUED,
+                claim.previous,
+                row.retry_count,
+                f"released, not started: {reason}",
+                run_id,
+                worksheet=settings.log_sheet,
+            )
+        ],
     )
 
 
@@ -455,7 +550,8 @@ def plan_requeue(
     """
     wanted_ids = set(task_ids)
     picked = [
-        r for r in rows
+        r
+        for r in rows
         if (not wanted_ids or r.task_id in wanted_ids)
         and (r.status in statuses if not wanted_ids or statuses else True)
         and r.status is not Status.PROCESSING
@@ -467,38 +563,83 @@ def plan_requeue(
     for row in picked:
         count = 0 if reset_attempts else row.retry_count
         values: dict[str, CellValue] = {
-            "status": str(Status.PENDING), "next_retry_at": "", "error_class": "",
-            "alerted_at": "", "lease_owner": "", "lease_until": "", "updated_at": stamp,
+            "status": str(Status.PENDING),
+            "next_retry_at": "",
+            "error_class": "",
+            "alerted_at": "",
+            "lease_owner": "",
+            "lease_until": "",
+            "updated_at": stamp,
         }
         if reset_attempts:
             values["retry_count"] = 0
         changes.updates.append(UpdateRow(settings.queue_sheet, row.task_id, row.row, values))
         note = f"requeued with `sheetq requeue` (was {row.status_text.strip() or 'empty'}"
         note += ", attempts reset)" if reset_attempts else ")"
-        changes.appends.append(log_row(now, row.task_id, row.type, Event.REQUEUED,
-                                       Status.PENDING, count, note, run_id,
-                                       worksheet=settings.log_sheet))
+        changes.appends.append(
+            log_row(
+                now,
+                row.task_id,
+                row.type,
+                Event.REQUEUED,
+                Status.PENDING,
+                count,
+                note,
+                run_id,
+                worksheet=settings.log_sheet,
+            )
+        )
     return picked, changes
 
 
 def plan_skip(
-    rows: Sequence[QueueRow], *, settings: Settings, now: datetime, task_ids: Sequence[str],
-    reason: str = "", run_id: str = "",
+    rows: Sequence[QueueRow],
+    *,
+    settings: Settings,
+    now: datetime,
+    task_ids: Sequence[str],
+    reason: str = "",
+    run_id: str = "",
 ) -> tuple[list[QueueRow], ChangeSet]:
     """Rows to ``skipped`` by hand (not ``processing`` ones, not already finished ``done``)."""
     wanted = set(task_ids)
-    picked = [r for r in rows if r.task_id in wanted and r.status is not Status.PROCESSING
-              and r.status is not Status.DONE]
+    picked = [
+        r
+        for r in rows
+        if r.task_id in wanted and r.status is not Status.PROCESSING and r.status is not Status.DONE
+    ]
     changes = ChangeSet()
     stamp = format_ts(now)
     message = f"skipped with `sheetq skip`{': ' + reason if reason else ''}"
     for row in picked:
-        changes.updates.append(UpdateRow(settings.queue_sheet, row.task_id, row.row, {
-            "status": str(Status.SKIPPED), "next_retry_at": "", "lease_owner": "",
-            "lease_until": "", "updated_at": stamp, "last_error": shorten(message, 500)}))
-        changes.appends.append(log_row(now, row.task_id, row.type, Event.SKIPPED,
-                                       Status.SKIPPED, row.retry_count, message, run_id,
-                                       worksheet=settings.log_sheet))
+        changes.updates.append(
+            UpdateRow(
+                settings.queue_sheet,
+                row.task_id,
+                row.row,
+                {
+                    "status": str(Status.SKIPPED),
+                    "next_retry_at": "",
+                    "lease_owner": "",
+                    "lease_until": "",
+                    "updated_at": stamp,
+                    "last_error": shorten(message, 500),
+                },
+            )
+        )
+        changes.appends.append(
+            log_row(
+                now,
+                row.task_id,
+                row.type,
+                Event.SKIPPED,
+                Status.SKIPPED,
+                row.retry_count,
+                message,
+                run_id,
+                worksheet=settings.log_sheet,
+            )
+        )
     return picked, changes
 
 
@@ -543,9 +684,12 @@ def index_keys(queue: Iterable[Row], archive: Iterable[Row]) -> dict[str, KnownK
             key = row.text("idempotency_key").strip()
             task_id = row.text("task_id").strip()
             if key and task_id and key not in known:
-                known[key] = KnownKey(task_id, row.text("payload_hash").strip(),
-                                      Status.parse(row.text("status")) or row.text("status"),
-                                      archived)
+                known[key] = KnownKey(
+                    task_id,
+                    row.text("payload_hash").strip(),
+                    Status.parse(row.text("status")) or row.text("status"),
+                    archived,
+                )
     return known
 
 
@@ -570,17 +714,36 @@ def plan_enqueue(
         if found is None:
             task_id = new_task_id()
             config = settings.type_config(task.type)
-            queue_rows.append(AppendRow(settings.queue_sheet, {
-                "task_id": task_id, "created_at": stamp, "type": task.type,
-                "payload_json": task.canonical, "status": str(Status.PENDING), "retry_count": 0,
-                "next_retry_at": format_ts(task.not_before) if task.not_before else "",
-                "idempotency_key": task.key, "updated_at": stamp,
-                "payload_hash": task.payload_hash, "owner": config.owner,
-            }))
-            changes.appends.append(log_row(
-                now, task_id, task.type, Event.ENQUEUED, Status.PENDING, 0,
-                f"delayed until {format_ts(task.not_before)}" if task.not_before else "",
-                worksheet=settings.log_sheet))
+            queue_rows.append(
+                AppendRow(
+                    settings.queue_sheet,
+                    {
+                        "task_id": task_id,
+                        "created_at": stamp,
+                        "type": task.type,
+                        "payload_json": task.canonical,
+                        "status": str(Status.PENDING),
+                        "retry_count": 0,
+                        "next_retry_at": format_ts(task.not_before) if task.not_before else "",
+                        "idempotency_key": task.key,
+                        "updated_at": stamp,
+                        "payload_hash": task.payload_hash,
+                        "owner": config.owner,
+                    },
+                )
+            )
+            changes.appends.append(
+                log_row(
+                    now,
+                    task_id,
+                    task.type,
+                    Event.ENQUEUED,
+                    Status.PENDING,
+                    0,
+                    f"delayed until {format_ts(task.not_before)}" if task.not_before else "",
+                    worksheet=settings.log_sheet,
+                )
+            )
             seen[task.key] = KnownKey(task_id, task.payload_hash, str(Status.PENDING))
             results.append(Enqueued("enqueued", task_id, task.key, str(Status.PENDING), task.line))
             continue
@@ -588,18 +751,37 @@ def plan_enqueue(
         line = f" (line {task.line})" if task.line else ""
         if found.payload_hash == task.payload_hash:
             results.append(Enqueued("duplicate", found.task_id, task.key, found.status, task.line))
-            changes.appends.append(log_row(
-                now, found.task_id, task.type, Event.DUPLICATE, found.status, 0,
-                f"same key and payload enqueued again{line}{where}; nothing added",
-                worksheet=settings.log_sheet))
+            changes.appends.append(
+                log_row(
+                    now,
+                    found.task_id,
+                    task.type,
+                    Event.DUPLICATE,
+                    found.status,
+                    0,
+                    f"same key and payload enqueued again{line}{where}; nothing added",
+                    worksheet=settings.log_sheet,
+                )
+            )
         else:
-            results.append(Enqueued("conflict", found.task_id, task.key, found.status, task.line,
-                                    found.payload_hash))
-            changes.appends.append(log_row(
-                now, found.task_id, task.type, Event.CONFLICT, found.status, 0,
-                f"same key {task.key!r}, different payload{line}{where}: "
-                f"{task.payload_hash[:19]}… vs {found.payload_hash[:19]}…; nothing added",
-                worksheet=settings.log_sheet))
+            results.append(
+                Enqueued(
+                    "conflict", found.task_id, task.key, found.status, task.line, found.payload_hash
+                )
+            )
+            changes.appends.append(
+                log_row(
+                    now,
+                    found.task_id,
+                    task.type,
+                    Event.CONFLICT,
+                    found.status,
+                    0,
+                    f"same key {task.key!r}, different payload{line}{where}: "
+                    f"{task.payload_hash[:19]}… vs {found.payload_hash[:19]}…; nothing added",
+                    worksheet=settings.log_sheet,
+                )
+            )
     # Queue rows first so a reader never sees a log row for a task that is not there yet.
     changes.appends[:0] = queue_rows
     return results, changes

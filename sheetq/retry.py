@@ -112,14 +112,10 @@ def decide(
     if status is Status.DONE:
         return Decision(Status.DONE, retry_count, None, None, outcome.message, outcome.result)
     if status is Status.SKIPPED:
-        return Decision(
-            Status.SKIPPED, retry_count, cls, None, outcome.message, outcome.result
-        )
+        return Decision(Status.SKIPPED, retry_count, cls, None, outcome.message, outcome.result)
     if cls is ErrorClass.CONFIG:
         # The handler never ran: no attempt is consumed, but a person must look.
-        return Decision(
-            Status.FAILED, retry_count, cls, None, outcome.message, open_circuit=True
-        )
+        return Decision(Status.FAILED, retry_count, cls, None, outcome.message, open_circuit=True)
     failures = retry_count + 1
     if cls is ErrorClass.AUTH:
         return Decision(Status.FAILED, failures, cls, None, outcome.message, open_circuit=True)
@@ -129,9 +125,7 @@ def decide(
     transient = cls in (ErrorClass.TRANSIENT, ErrorClass.RATE_LIMITED)
     if failures >= policy.max_attempts:
         message = f"{outcome.message} (gave up after {failures} attempts)".strip()
-        return Decision(
-            Status.FAILED, failures, cls, None, message, counts_for_breaker=transient
-        )
+        return Decision(Status.FAILED, failures, cls, None, message, counts_for_breaker=transient)
     delay = policy.delay(failures, rng)
     if outcome.retry_after is not None and outcome.retry_after > delay:
         delay = outcome.retry_after

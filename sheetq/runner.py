@@ -104,15 +104,26 @@ class RunSummary:
 
     def as_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
-            "run_id": self.run_id, "batches": self.batches, "claimed": self.claimed,
-            "done": self.done, "retry": self.retry, "failed": self.failed,
-            "skipped": self.skipped, "recovered": self.recovered, "expired": self.expired,
+            "run_id": self.run_id,
+            "batches": self.batches,
+            "claimed": self.claimed,
+            "done": self.done,
+            "retry": self.retry,
+            "failed": self.failed,
+            "skipped": self.skipped,
+            "recovered": self.recovered,
+            "expired": self.expired,
             "without_handler": sum(self.without_handler.values()),
-            "alerts_sent": self.alerts_sent, "seconds": round(self.seconds, 3),
-            "requeued": self.requeued, "released": self.released,
+            "alerts_sent": self.alerts_sent,
+            "seconds": round(self.seconds, 3),
+            "requeued": self.requeued,
+            "released": self.released,
             "without_handler_by_type": dict(self.without_handler),
-            "alerts_owed": self.alerts_owed, "open_circuits": self.open_circuits,
-            "locked": bool(self.locked), "requests": self.requests, "notes": self.notes,
+            "alerts_owed": self.alerts_owed,
+            "open_circuits": self.open_circuits,
+            "locked": bool(self.locked),
+            "requests": self.requests,
+            "notes": self.notes,
         }
         if self.would_claim:
             doc["would_claim"] = self.would_claim
@@ -123,7 +134,9 @@ def lock_path(settings: Settings) -> Path:
     """One host lock file per spreadsheet and queue worksheet (in ``SHEETQ_LOCK_DIR``)."""
     ident = f"{settings.spreadsheet}\0{settings.queue_sheet}"
     if settings.spreadsheet.startswith("local:"):
-        ident = f"local:{Path(settings.spreadsheet[6:]).expanduser().resolve()}\0{settings.queue_sheet}"
+        ident = (
+            f"local:{Path(settings.spreadsheet[6:]).expanduser().resolve()}\0{settings.queue_sheet}"
+        )
     digest = hashlib.sha256(ident.encode()).hexdigest()[:16]
     slug = re.sub(r"[^A-Za-z0-9]+", "-", settings.queue_sheet).strip("-")[:30] or "queue"
     return settings.lock_dir / f"{slug}-{digest}.lock"
@@ -136,7 +149,7 @@ def lease_name(queue_sheet: str) -> str:
 
 def lease_token(expires: datetime, rng: random.Random | None = None) -> str:
     """A version token that carries its expiry: 10 digits of epoch seconds + 6 random digits."""
-    nonce = (rng.randrange(10**6) if rng else secrets.randbelow(10**6))
+    nonce = rng.randrange(10**6) if rng else secrets.randbelow(10**6)
     return f"{int(expires.timestamp()):010d}{nonce:06d}"
 
 
@@ -209,7 +222,9 @@ class Runner:
         try:
             host_lock.acquire()
         except Timeout:
-            self.summary.locked = f"another sheetq process on this host is processing this queue ({path})"
+            self.summary.locked = (
+                f"another sheetq process on this host is processing this queue ({path})"
+            )
             return self._finish()
         try:
             self._run_locked(options)
@@ -240,8 +255,13 @@ class Runner:
             last_rows = rows
             now = self.clock.now()
             plan = plan_batch(
-                rows, settings=self.settings, now=now, run_id=self.run_id,
-                batch_size=options.batch_size, rng=self.rng, types=options.types,
+                rows,
+                settings=self.settings,
+                now=now,
+                run_id=self.run_id,
+                batch_size=options.batch_size,
+                rng=self.rng,
+                types=options.types,
                 open_circuits=self._open,
             )
             self.summary.without_handler = plan.without_handler
@@ -262,8 +282,10 @@ class Runner:
         self._alerts(last_rows)
 
     def _out_of_time(self, options: RunOptions) -> bool:
-        return (options.max_runtime is not None
-                and self.clock.monotonic() - self._started >= options.max_runtime)
+        return (
+            options.max_runtime is not None
+            and self.clock.monotonic() - self._started >= options.max_runtime
+        )
 
     def _note(self, message: str) -> None:
         if message not in self.summary.notes:
@@ -281,11 +303,16 @@ class Runner:
         self.summary.skipped = plan.skipped
         for claim in plan.claims:
             row = claim.row
-            self.summary.would_claim.append({
-                "task_id": row.task_id, "type": row.type, "status": str(claim.previous),
-                "attempt": row.retry_count + 1, "row": row.row,
-                "reconcile": claim.reconcile,
-            })
+            self.summary.would_claim.append(
+                {
+                    "task_id": row.task_id,
+                    "type": row.type,
+                    "status": str(claim.previous),
+                    "attempt": row.retry_count + 1,
+                    "row": row.row,
+                    "reconcile": claim.reconcile,
+                }
+            )
 
     # --- claim -------------------------------------------------------------------
 
@@ -332,10 +359,12 @@ class Runner:
         for update in plan.changes.updates:
             if update.values.get("status") == Status.FAILED and update.key:
                 self._failures[update.key] = AlertItem(
-                    task_id=update.key, type="",
+                    task_id=update.key,
+                    type="",
                     error_class=str(update.values.get("error_class", "")),
                     attempts=as_int(update.values.get("retry_count")),
-                    error=str(update.values.get("last_error", "")), row=update.row,
+                    error=str(update.values.get("last_error", "")),
+                    row=update.row,
                 )
 
     # --- work ----------------------------------------------------------------------
@@ -346,10 +375,12 @@ class Runner:
         A row found elsewhere (a person sorted the sheet) is given back unrun.
         """
         numbers = tuple(c.row.row for c in plan.claims)
-        full, ids = self.store.read([
-            Read(self.settings.queue_sheet, None, rows=numbers),
-            Read(self.settings.queue_sheet, ("task_id", "lease_owner")),
-        ])
+        full, ids = self.store.read(
+            [
+                Read(self.settings.queue_sheet, None, rows=numbers),
+                Read(self.settings.queue_sheet, ("task_id", "lease_owner")),
+            ]
+        )
         by_number = {r.number: r for r in full.rows}
         owners = {r.text("task_id"): r.text("lease_owner") for r in ids.rows}
         keep: list[tuple[Claim, Row]] = []
@@ -410,8 +441,9 @@ class Runner:
 
     def _release(self, claim: Claim, reason: str) -> ChangeSet:
         self.summary.released += 1
-        return release(claim, now=self.clock.now(), run_id=self.run_id, reason=reason,
-                       settings=self.settings)
+        return release(
+            claim, now=self.clock.now(), run_id=self.run_id, reason=reason, settings=self.settings
+        )
 
     def _wait_rate_limit(self, config: TypeConfig) -> None:
         if config.rate_limit is None:
@@ -427,8 +459,11 @@ class Runner:
         payload_json = row.text("payload_json")
         payload = parse_payload(payload_json, where=f"payload_json of {claim.row.task_id}")
         task = Task(
-            task_id=claim.row.task_id, type=claim.row.type, payload=payload,
-            idempotency_key=claim.row.idempotency_key, attempt=claim.row.retry_count + 1,
+            task_id=claim.row.task_id,
+            type=claim.row.type,
+            payload=payload,
+            idempotency_key=claim.row.idempotency_key,
+            attempt=claim.row.retry_count + 1,
             created_at=claim.row.created,
         )
         return task, payload_json
@@ -457,22 +492,37 @@ class Runner:
         if event is Event.RECOVERED:
             self.summary.recovered += 1
         self._count(decision, claim, config)
-        return complete(claim, decision, config=config, now=self.clock.now(), run_id=self.run_id,
-                        duration_ms=duration_ms, settings=self.settings, event=event)
+        return complete(
+            claim,
+            decision,
+            config=config,
+            now=self.clock.now(),
+            run_id=self.run_id,
+            duration_ms=duration_ms,
+            settings=self.settings,
+            event=event,
+        )
 
-    def _on_unknown(self, config: TypeConfig, task: Task, payload_json: str,
-                    outcome: Outcome) -> Outcome:
+    def _on_unknown(
+        self, config: TypeConfig, task: Task, payload_json: str, outcome: Outcome
+    ) -> Outcome:
         """A timeout after the action may have happened: ``on_unknown`` decides at once."""
         if config.on_unknown == "retry":
             return outcome
         if config.on_unknown == "reconcile":
             checked = self._reconcile(config, task, payload_json, first=outcome.message)
             return checked
-        return Outcome.failed(f"{outcome.message}; outcome unknown, a person must check",
-                              ErrorClass.UNKNOWN)
+        return Outcome.failed(
+            f"{outcome.message}; outcome unknown, a person must check", ErrorClass.UNKNOWN
+        )
 
-    def _reconcile(self, config: TypeConfig, task: Task, payload_json: str,
-                   first: str = "lease expired while processing") -> Outcome:
+    def _reconcile(
+        self,
+        config: TypeConfig,
+        task: Task,
+        payload_json: str,
+        first: str = "lease expired while processing",
+    ) -> Outcome:
         answer = run_reconcile(config, task, payload_json)
         if answer.found is True:
             return Outcome.done(answer.result)
@@ -480,14 +530,17 @@ class Runner:
             return Outcome.retry(f"{first}; reconcile: not found, retrying", ErrorClass.UNKNOWN)
         return Outcome.failed(f"{first}; {answer.message}", ErrorClass.UNKNOWN)
 
-    def _decide(self, outcome: Outcome, claim: Claim, config: TypeConfig,
-                payload: dict[str, Any] | None) -> Decision:
+    def _decide(
+        self, outcome: Outcome, claim: Claim, config: TypeConfig, payload: dict[str, Any] | None
+    ) -> Decision:
         decision = decide(outcome, claim.row.retry_count, config.policy, self.clock.now(), self.rng)
         secrets = [self.settings.telegram.token]
-        message = redact(decision.message, payload=payload, fields=config.redact_fields,
-                         secrets=secrets)
-        result = redact(decision.result, payload=payload, fields=config.redact_fields,
-                        secrets=secrets)
+        message = redact(
+            decision.message, payload=payload, fields=config.redact_fields, secrets=secrets
+        )
+        result = redact(
+            decision.result, payload=payload, fields=config.redact_fields, secrets=secrets
+        )
         if message != decision.message or result != decision.result:
             from dataclasses import replace
 
@@ -508,33 +561,43 @@ class Runner:
         else:
             self.summary.failed += 1
             self._failures[claim.row.task_id] = AlertItem(
-                task_id=claim.row.task_id, type=name,
-                error_class=str(decision.error_class or ""), attempts=decision.retry_count,
-                error=decision.message, row=claim.row.row, owner=claim.row.owner or config.owner,
+                task_id=claim.row.task_id,
+                type=name,
+                error_class=str(decision.error_class or ""),
+                attempts=decision.retry_count,
+                error=decision.message,
+                row=claim.row.row,
+                owner=claim.row.owner or config.owner,
             )
         if decision.open_circuit:
-            why = ("credentials refused (auth): a person must fix them"
-                   if decision.error_class is ErrorClass.AUTH
-                   else "handler misconfigured (config)")
+            why = (
+                "credentials refused (auth): a person must fix them"
+                if decision.error_class is ErrorClass.AUTH
+                else "handler misconfigured (config)"
+            )
             self._open.setdefault(name, why)
         elif decision.counts_for_breaker:
             self._streak[name] += 1
             if self._streak[name] >= config.policy.breaker_threshold:
-                self._open.setdefault(
-                    name, f"{self._streak[name]} consecutive transient failures")
+                self._open.setdefault(name, f"{self._streak[name]} consecutive transient failures")
         elif status in (Status.RETRY, Status.FAILED):
             self._streak[name] = 0
 
     # --- alerts --------------------------------------------------------------------------
 
     def owed(self, rows: Sequence[QueueRow]) -> list[AlertItem]:
-        """Owed alerts: failed rows of the last scan without ``alerted_at`` plus this run's failures."""
+        """Owed alerts: failed rows of the last scan without ``alerted_at``, and this run's
+        failures."""
         items: dict[str, AlertItem] = {}
         for row in rows:
             if row.status is Status.FAILED and not row.alerted_at:
                 items[row.task_id] = AlertItem(
-                    task_id=row.task_id, type=row.type, error_class=row.error_class,
-                    attempts=row.retry_count, error=row.raw.text("last_error"), row=row.row,
+                    task_id=row.task_id,
+                    type=row.type,
+                    error_class=row.error_class,
+                    attempts=row.retry_count,
+                    error=row.raw.text("last_error"),
+                    row=row.row,
                     owner=row.owner,
                 )
         by_id = {r.task_id: r for r in rows}
@@ -544,7 +607,9 @@ class Runner:
                 item.owner = item.owner or by_id[task_id].owner
             items[task_id] = item
         for item in items.values():
-            item.link = self.store.link(self.info, self.settings.queue_sheet, item.row, item.task_id)
+            item.link = self.store.link(
+                self.info, self.settings.queue_sheet, item.row, item.task_id
+            )
         # auth failures first: they need a person to fix credentials
         return sorted(items.values(), key=lambda i: (i.error_class != ErrorClass.AUTH, i.task_id))
 
@@ -559,16 +624,21 @@ class Runner:
             return
         self.summary.alerts_sent = len(report.covered)
         self.summary.alerts_owed = len(owed) - len(report.covered)
-        changes = mark_alerted([i for i in owed if i.task_id in set(report.covered)],
-                               settings=self.settings, now=self.clock.now(), run_id=self.run_id)
+        changes = mark_alerted(
+            [i for i in owed if i.task_id in set(report.covered)],
+            settings=self.settings,
+            now=self.clock.now(),
+            run_id=self.run_id,
+        )
         try:
             self.store.apply(changes, verify_rows=False)
         except StoreError as exc:
             self._note(f"alert sent but alerted_at not written ({exc}); it may be sent again")
 
 
-def mark_alerted(items: Sequence[AlertItem], *, settings: Settings, now: datetime,
-                 run_id: str) -> ChangeSet:
+def mark_alerted(
+    items: Sequence[AlertItem], *, settings: Settings, now: datetime, run_id: str
+) -> ChangeSet:
     """``alerted_at`` for every row a message covered, and an ``alerted`` log row each."""
     from sheetq.queue import log_row
     from sheetq.store.base import UpdateRow
@@ -577,11 +647,22 @@ def mark_alerted(items: Sequence[AlertItem], *, settings: Settings, now: datetim
     changes = ChangeSet()
     stamp = format_ts(now)
     for item in items:
-        changes.updates.append(UpdateRow(settings.queue_sheet, item.task_id, item.row,
-                                         {"alerted_at": stamp}))
-        changes.appends.append(log_row(now, item.task_id, item.type, Event.ALERTED,
-                                       Status.FAILED, item.attempts, "failure alert sent",
-                                       run_id, worksheet=settings.log_sheet))
+        changes.updates.append(
+            UpdateRow(settings.queue_sheet, item.task_id, item.row, {"alerted_at": stamp})
+        )
+        changes.appends.append(
+            log_row(
+                now,
+                item.task_id,
+                item.type,
+                Event.ALERTED,
+                Status.FAILED,
+                item.attempts,
+                "failure alert sent",
+                run_id,
+                worksheet=settings.log_sheet,
+            )
+        )
     return changes
 
 
@@ -605,8 +686,10 @@ def summary_line(summary: RunSummary) -> str:
     for name, why in summary.open_circuits.items():
         parts.append(f"circuit open for {name}: {why}")
     batches = f"{summary.batches} batch" + ("es" if summary.batches != 1 else "")
-    return (f"sheetq: {summary.claimed} claimed in {batches} in {summary.seconds:.1f}s: "
-            + ", ".join(parts))
+    return (
+        f"sheetq: {summary.claimed} claimed in {batches} in {summary.seconds:.1f}s: "
+        + ", ".join(parts)
+    )
 
 
 def dumps(doc: dict[str, Any]) -> str:

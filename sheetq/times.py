@@ -51,7 +51,9 @@ _LOCALE_FORMATS_MDY = ("%m/%d/%Y",)
 _TIME_SUFFIXES = ("", " %H:%M", " %H:%M:%S")
 
 
-def parse_ts(value: object, tz: tzinfo = UTC, locale: str = "en_US") -> datetime | Unparseable | None:
+def parse_ts(
+    value: object, tz: tzinfo = UTC, locale: str = "en_US"
+) -> datetime | Unparseable | None:
     """Parse a timestamp cell. ``None`` for an empty cell; ``Unparseable`` for text that is no time.
 
     Fast path first: sheetq's own ``...Z`` form goes through ``fromisoformat``.
@@ -89,7 +91,7 @@ def _parse_locale(text: str, locale: str) -> datetime | None:
 
 
 def parse_duration(text: str | int | float, *, what: str = "duration") -> float:
-    """Seconds in ``"90s"``, ``"10m"``, ``"72h"``, ``"1h30m"``, ``"30d"`` or a plain number of seconds.
+    """Seconds in ``"90s"``, ``"10m"``, ``"72h"``, ``"1h30m"``, ``"30d"`` or plain seconds.
 
     Raises ``ValueError`` naming ``what`` when the text is not a duration.
     """
@@ -117,7 +119,7 @@ def parse_duration(text: str | int | float, *, what: str = "duration") -> float:
 
 def format_duration(seconds: float) -> str:
     """``3725`` → ``1h02m``; short and human."""
-    seconds = int(round(seconds))
+    seconds = round(seconds)
     if seconds < 60:
         return f"{seconds}s"
     if seconds < 3600:

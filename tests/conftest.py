@@ -56,8 +56,8 @@ class Result:
 
 def run_cli(args: Sequence[str], *, input: str | None = None) -> Result:
     """Run ``sheetq ARGS`` in this process (fast); stdin, stdout and stderr captured."""
-    from sheetq.cli import app as app_module
     from sheetq.cli import _output
+    from sheetq.cli import app as app_module
 
     app_module.state.__init__()  # type: ignore[misc]
     _output._out = None
@@ -75,12 +75,21 @@ def run_cli(args: Sequence[str], *, input: str | None = None) -> Result:
     return Result(code, out.getvalue(), err.getvalue())
 
 
-def run_proc(args: Sequence[str], *, input: str | None = None, env: dict[str, str] | None = None,
-             timeout: float = 60) -> Result:
+def run_proc(
+    args: Sequence[str],
+    *,
+    input: str | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 60,
+) -> Result:
     """Run the installed ``sheetq`` console script in a subprocess."""
     completed = subprocess.run(
-        [sys.executable, "-m", "sheetq", *args], input=input, capture_output=True, text=True,
-        env={**os.environ, **(env or {})}, timeout=timeout,
+        [sys.executable, "-m", "sheetq", *args],
+        input=input,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=timeout,
     )
     return Result(completed.returncode, completed.stdout, completed.stderr)
 
@@ -190,8 +199,9 @@ BACKENDS = ["local"]
 
 
 @pytest.fixture(params=BACKENDS)
-def empty_book(request: pytest.FixtureRequest, tmp_path: Path,
-               monkeypatch: pytest.MonkeyPatch) -> Iterator[Book]:
+def empty_book(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Book]:
     """A workbook that `sheetq init` has not touched yet (SHEETQ_SPREADSHEET points at it)."""
     if request.param == "local":
         yield _make_local(tmp_path, monkeypatch)

@@ -30,8 +30,11 @@ class Context:
         if self._settings is None or (require_spreadsheet and not self._settings.spreadsheet):
             from sheetq.config import load_settings
 
-            self._settings = load_settings(spreadsheet=self.spreadsheet, config=self.config,
-                                           require_spreadsheet=require_spreadsheet)
+            self._settings = load_settings(
+                spreadsheet=self.spreadsheet,
+                config=self.config,
+                require_spreadsheet=require_spreadsheet,
+            )
         return self._settings
 
     def store(self, *, create: bool = False) -> Store:

@@ -48,8 +48,13 @@ def emit_json(doc: Any) -> None:
     sys.stdout.flush()
 
 
-def table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any]],
-          *, justify_right: Sequence[int] = ()) -> None:
+def table(
+    title: str,
+    headers: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    *,
+    justify_right: Sequence[int] = (),
+) -> None:
     """A table: rich on a terminal, tab-free aligned text when piped."""
     console = out()
     cells = [["" if v is None else str(v) for v in row] for row in rows]
@@ -58,8 +63,9 @@ def table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any]],
 
         t = Table(title=title or None, title_justify="left", show_edge=False, pad_edge=False)
         for index, name in enumerate(headers):
-            t.add_column(name, justify="right" if index in justify_right else "left",
-                         overflow="fold")
+            t.add_column(
+                name, justify="right" if index in justify_right else "left", overflow="fold"
+            )
         for row in cells:
             t.add_row(*row)
         console.print(t)
@@ -69,6 +75,9 @@ def table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any]],
         echo(title)
     echo("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
     for row in cells:
-        echo("  ".join(
-            (c.rjust(w) if i in justify_right else c.ljust(w))
-            for i, (c, w) in enumerate(zip(row, widths, strict=True))).rstrip())
+        echo(
+            "  ".join(
+                (c.rjust(w) if i in justify_right else c.ljust(w))
+                for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            ).rstrip()
+        )

@@ -43,16 +43,33 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _options(
-    spreadsheet: Annotated[str | None, typer.Option(
-        "--spreadsheet", "-S", envvar="SHEETQ_SPREADSHEET", show_envvar=True,
-        help="Google Sheets URL or key, or local:PATH.")] = None,
-    config: Annotated[str | None, typer.Option(
-        "--config", "-c", envvar="SHEETQ_CONFIG", show_envvar=True,
-        help="Configuration file (default ./sheetq.toml).")] = None,
-    verbose: Annotated[int, typer.Option(
-        "--verbose", "-v", count=True, help="More detail on stderr (-vv for debug).")] = 0,
-    version: Annotated[bool, typer.Option(
-        "--version", callback=_version, is_eager=True, help="Print the version.")] = False,
+    spreadsheet: Annotated[
+        str | None,
+        typer.Option(
+            "--spreadsheet",
+            "-S",
+            envvar="SHEETQ_SPREADSHEET",
+            show_envvar=True,
+            help="Google Sheets URL or key, or local:PATH.",
+        ),
+    ] = None,
+    config: Annotated[
+        str | None,
+        typer.Option(
+            "--config",
+            "-c",
+            envvar="SHEETQ_CONFIG",
+            show_envvar=True,
+            help="Configuration file (default ./sheetq.toml).",
+        ),
+    ] = None,
+    verbose: Annotated[
+        int,
+        typer.Option("--verbose", "-v", count=True, help="More detail on stderr (-vv for debug)."),
+    ] = 0,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
+    ] = False,
 ) -> None:
     state.spreadsheet = spreadsheet
     state.config = config

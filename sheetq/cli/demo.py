@@ -2,22 +2,36 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from sheetq.errors import SheetqError
-
 
 def demo(
-    directory: Annotated[str | None, typer.Option("--dir", help="Keep the demo workbook in this "
-                                                  "directory (default: a temporary one).")] = None,
+    directory: Annotated[
+        str | None,
+        typer.Option(
+            "--dir",
+            help="Keep the demo workbook in this directory (default: a new temporary "
+            "directory, kept so you can look around).",
+        ),
+    ] = None,
 ) -> None:
     """Enqueue sample tasks (with a duplicate and a conflict), process them with demo handlers
     (one succeeds, one is retried then succeeds, one fails), and show the status and the alert.
+    Needs no network and no configuration.
 
     Example:
 
       sheetq demo
+
+      sheetq demo --dir ./sheetq-demo
     """
-    raise SheetqError("demo: not built yet")
+    import tempfile
+
+    from sheetq.cli._output import echo, table
+    from sheetq.demo import run_demo
+
+    target = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="sheetq-demo-"))
+    run_demo(target.resolve(), echo, lambda title, headers, rows: table(title, headers, rows))

@@ -56,26 +56,45 @@ def _when(delay: str | None, at: str | None, tz_name: str) -> datetime | None:
     if at:
         parsed = parse_ts(at, zone(tz_name))
         if parsed is None or isinstance(parsed, Unparseable):
-            raise UsageError(f"--at: expected an ISO 8601 time like 2026-12-01T09:00:00Z, got {at!r}")
+            raise UsageError(
+                f"--at: expected an ISO 8601 time like 2026-12-01T09:00:00Z, got {at!r}"
+            )
         return parsed
     return None
 
 
 def enqueue(
-    task_type: Annotated[str, typer.Argument(metavar="TYPE", help="Task type; selects the handler.")],
-    payload: Annotated[str | None, typer.Argument(
-        help="JSON object, or '-' to read stdin.", show_default=False)] = None,
-    key: Annotated[str | None, typer.Option(
-        "--key", help="Idempotency key (stored as TYPE:K); default: key_fields, "
-        "lead_id/order_id/event_id, or the payload hash.")] = None,
-    file: Annotated[str | None, typer.Option(
-        "--file", "-f", help="Read the payload from a file ('-' for stdin).")] = None,
-    jsonl: Annotated[bool, typer.Option(
-        "--jsonl", help="One JSON object per line; all lines in one write, or none.")] = False,
-    delay: Annotated[str | None, typer.Option(
-        "--delay", help="Not before now + this (e.g. 10m, 2h).")] = None,
-    at: Annotated[str | None, typer.Option(
-        "--at", help="Not before this time (ISO 8601; no offset = the spreadsheet's zone).")] = None,
+    task_type: Annotated[
+        str, typer.Argument(metavar="TYPE", help="Task type; selects the handler.")
+    ],
+    payload: Annotated[
+        str | None, typer.Argument(help="JSON object, or '-' to read stdin.", show_default=False)
+    ] = None,
+    key: Annotated[
+        str | None,
+        typer.Option(
+            "--key",
+            help="Idempotency key (stored as TYPE:K); default: key_fields, "
+            "lead_id/order_id/event_id, or the payload hash.",
+        ),
+    ] = None,
+    file: Annotated[
+        str | None,
+        typer.Option("--file", "-f", help="Read the payload from a file ('-' for stdin)."),
+    ] = None,
+    jsonl: Annotated[
+        bool,
+        typer.Option("--jsonl", help="One JSON object per line; all lines in one write, or none."),
+    ] = False,
+    delay: Annotated[
+        str | None, typer.Option("--delay", help="Not before now + this (e.g. 10m, 2h).")
+    ] = None,
+    at: Annotated[
+        str | None,
+        typer.Option(
+            "--at", help="Not before this time (ISO 8601; no offset = the spreadsheet's zone)."
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
 ) -> None:
     """Add a task to the Queue, once: a repeated payload is a duplicate (exit 0), the same key
@@ -90,14 +109,15 @@ def enqueue(
       sheetq enqueue lead --jsonl --file leads.jsonl --json
     """
     from sheetq.cli.app import state
-    from sheetq.idempotency import canonical_json, check_size, derive_key, parse_payload, payload_hash
-    from sheetq.queue import KEY_COLUMNS, NewTask, index_keys, plan_enqueue
+    from sheetq.enqueue import enqueue as enqueue_tasks
+    from sheetq.enqueue import prepare
+    from sheetq.idempotency import parse_payload
     from sheetq.runner import check_schema
-    from sheetq.store.base import Read
 
     if not TYPE_PATTERN.match(task_type):
         raise UsageError(
-            f"TYPE {task_type!r}: use letters, digits and _ . : / - (at most 100 characters)")
+            f"TYPE {task_type!r}: use letters, digits and _ . : / - (at most 100 characters)"
+        )
     if jsonl and key is not None:
         raise UsageError("--key cannot be used with --jsonl: every line would share one key")
     text, source = _read_source(payload, file)
@@ -118,17 +138,14 @@ def enqueue(
         if errors:
             shown = errors[:MAX_BAD_LINES_SHOWN]
             more = len(errors) - len(shown)
-            raise InputError("; ".join(shown) + (f"; and {more} more bad lines" if more else "")
-                             + " — nothing was enqueued")
+            raise InputError(
+                "; ".join(shown)
+                + (f"; and {more} more bad lines" if more else "")
+                + " — nothing was enqueued"
+            )
     else:
         items.append((None, parse_payload(text, where=source)))
-    tasks: list[NewTask] = []
-    for line, body in items:
-        canonical = canonical_json(body)
-        check_size(canonical, where=f"{source} line {line}" if line else source)
-        tasks.append(NewTask(task_type, canonical, payload_hash(canonical),
-                             derive_key(task_type, body, canonical, explicit=key,
-                                        key_fields=config.key_fields), line))
+    tasks = prepare(task_type, items, settings, key=key, source=source)
     if jsonl and not tasks:
         if as_json:
             emit_json({"enqueued": 0, "duplicate": 0, "conflict": 0, "results": []})
@@ -142,37 +159,62 @@ def enqueue(
     not_before = _when(delay, at, info.time_zone)
     for task in tasks:
         task.not_before = not_before
-    queue_snap, archive_snap = store.read([Read(settings.queue_sheet, KEY_COLUMNS),
-                                           Read(settings.archive_sheet, KEY_COLUMNS)])
-    known = index_keys(queue_snap.rows, archive_snap.rows)
-    results, changes = plan_enqueue(tasks, known, settings=settings, now=state.clock().now())
-    store.apply(changes, verify_rows=False)
+    results = enqueue_tasks(store, info, settings, tasks, now=state.clock().now())
 
-    if settings.config_path is not None and config.handler is None and any(
-            r.outcome == "enqueued" for r in results):
-        warn(f"no handler is configured for type {task_type!r} in {settings.config_path}; "
-             "its tasks wait until one is")
+    if (
+        settings.config_path is not None
+        and config.handler is None
+        and any(r.outcome == "enqueued" for r in results)
+    ):
+        warn(
+            f"no handler is configured for type {task_type!r} in {settings.config_path}; "
+            "its tasks wait until one is"
+        )
     conflicts = [r for r in results if r.outcome == "conflict"]
     if jsonl:
-        counts = {k: sum(1 for r in results if r.outcome == k)
-                  for k in ("enqueued", "duplicate", "conflict")}
+        counts = {
+            k: sum(1 for r in results if r.outcome == k)
+            for k in ("enqueued", "duplicate", "conflict")
+        }
         if as_json:
-            emit_json({**counts, "results": [
-                {"line": r.line, "outcome": r.outcome, "task_id": r.task_id,
-                 "idempotency_key": r.key, "status": r.status} for r in results]})
+            emit_json(
+                {
+                    **counts,
+                    "results": [
+                        {
+                            "line": r.line,
+                            "outcome": r.outcome,
+                            "task_id": r.task_id,
+                            "idempotency_key": r.key,
+                            "status": r.status,
+                        }
+                        for r in results
+                    ],
+                }
+            )
         else:
-            echo(f"enqueued {counts['enqueued']}, duplicate {counts['duplicate']}, "
-                 f"conflict {counts['conflict']} ({len(results)} lines)")
+            echo(
+                f"enqueued {counts['enqueued']}, duplicate {counts['duplicate']}, "
+                f"conflict {counts['conflict']} ({len(results)} lines)"
+            )
             for r in conflicts:
-                warn(f"line {r.line}: conflict: key {r.key!r} is task {r.task_id} "
-                     "with a different payload; not enqueued")
+                warn(
+                    f"line {r.line}: conflict: key {r.key!r} is task {r.task_id} "
+                    "with a different payload; not enqueued"
+                )
         if conflicts:
             raise typer.Exit(ConflictError.exit_code)
         return
     (result,) = results
     if as_json:
-        emit_json({"outcome": result.outcome, "task_id": result.task_id,
-                   "idempotency_key": result.key, "status": result.status})
+        emit_json(
+            {
+                "outcome": result.outcome,
+                "task_id": result.task_id,
+                "idempotency_key": result.key,
+                "status": result.status,
+            }
+        )
     elif result.outcome == "enqueued":
         when = f", not before {tasks[0].not_before:%Y-%m-%dT%H:%M:%SZ}" if not_before else ""
         echo(f"enqueued {result.task_id} (key {result.key}{when})")
@@ -180,7 +222,9 @@ def enqueue(
         echo(f"duplicate: already task {result.task_id} (status {result.status}); nothing added")
     if result.outcome == "conflict":
         if not as_json:
-            warn(f"conflict: key {result.key!r} already belongs to task {result.task_id} "
-                 f"(status {result.status}) with a different payload; nothing added. Use another "
-                 "--key if this is a new operation.")
+            warn(
+                f"conflict: key {result.key!r} already belongs to task {result.task_id} "
+                f"(status {result.status}) with a different payload; nothing added. Use another "
+                "--key if this is a new operation."
+            )
         raise typer.Exit(ConflictError.exit_code)

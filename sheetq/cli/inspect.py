@@ -57,27 +57,44 @@ def status(
             if settings.type_config(row.type).handler is None:
                 without_handler += 1
             when = row.next_retry_at
-            if row.status is Status.RETRY and (when is None or not hasattr(when, "tzinfo")
-                                               or when <= now):
+            if row.status is Status.RETRY and (
+                when is None or not hasattr(when, "tzinfo") or when <= now
+            ):
                 due += 1
         if row.status is Status.FAILED and not row.alerted_at:
             owed += 1
     if as_json:
-        emit_json({
-            "counts": {s: counts.get(s, 0) for s in STATUS_ORDER},
-            "by_type": {t: {s: c.get(s, 0) for s in STATUS_ORDER} for t, c in sorted(by_type.items())},
-            "oldest_waiting_seconds": None if oldest is None else round(oldest),
-            "due_retries": due, "owed_alerts": owed, "unrecognised": unrecognised,
-            "without_handler": without_handler, "total": len(rows),
-        })
+        emit_json(
+            {
+                "counts": {s: counts.get(s, 0) for s in STATUS_ORDER},
+                "by_type": {
+                    t: {s: c.get(s, 0) for s in STATUS_ORDER} for t, c in sorted(by_type.items())
+                },
+                "oldest_waiting_seconds": None if oldest is None else round(oldest),
+                "due_retries": due,
+                "owed_alerts": owed,
+                "unrecognised": unrecognised,
+                "without_handler": without_handler,
+                "total": len(rows),
+            }
+        )
         return
-    body = [[t] + [c.get(s, 0) or "" for s in STATUS_ORDER] + [sum(c.values())]
-            for t, c in sorted(by_type.items())]
+    body = [
+        [t] + [c.get(s, 0) or "" for s in STATUS_ORDER] + [sum(c.values())]
+        for t, c in sorted(by_type.items())
+    ]
     body.append(["all"] + [counts.get(s, 0) for s in STATUS_ORDER] + [sum(counts.values())])
-    table(f"{settings.queue_sheet} in {info.title}", ["type", *STATUS_ORDER, "total"], body,
-          justify_right=tuple(range(1, len(STATUS_ORDER) + 2)))
-    facts = [f"oldest waiting: {format_duration(oldest) if oldest is not None else '-'}",
-             f"due retries: {due}", f"failed not yet alerted: {owed}"]
+    table(
+        f"{settings.queue_sheet} in {info.title}",
+        ["type", *STATUS_ORDER, "total"],
+        body,
+        justify_right=tuple(range(1, len(STATUS_ORDER) + 2)),
+    )
+    facts = [
+        f"oldest waiting: {format_duration(oldest) if oldest is not None else '-'}",
+        f"due retries: {due}",
+        f"failed not yet alerted: {owed}",
+    ]
     if unrecognised:
         facts.append(f"unrecognised statuses: {unrecognised}")
     if without_handler:
@@ -92,12 +109,16 @@ def _row_doc(row: Any) -> dict[str, Any]:
 
 
 def list_rows(
-    status_filter: Annotated[list[str] | None, typer.Option(
-        "--status", "-s", help="Only rows with this status (repeatable).")] = None,
-    types: Annotated[list[str] | None, typer.Option(
-        "--type", "-t", help="Only rows of this type (repeatable).")] = None,
-    limit: Annotated[int, typer.Option("--limit", min=0, help="At most this many rows "
-                                       "(0: all).")] = 50,
+    status_filter: Annotated[
+        list[str] | None,
+        typer.Option("--status", "-s", help="Only rows with this status (repeatable)."),
+    ] = None,
+    types: Annotated[
+        list[str] | None, typer.Option("--type", "-t", help="Only rows of this type (repeatable).")
+    ] = None,
+    limit: Annotated[
+        int, typer.Option("--limit", min=0, help="At most this many rows (0: all).")
+    ] = 50,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
 ) -> None:
     """The matching Queue rows, in sheet order.
@@ -123,19 +144,34 @@ def list_rows(
     store = state.store()
     check_schema(store.open(), settings)
     (snap,) = store.read([Read(settings.queue_sheet)])
-    picked = [r for r in snap.rows if r.text("task_id")
-              and (not wanted or Status.parse(r.text("status")) in wanted)
-              and (not types or r.text("type") in types)]
+    picked = [
+        r
+        for r in snap.rows
+        if r.text("task_id")
+        and (not wanted or Status.parse(r.text("status")) in wanted)
+        and (not types or r.text("type") in types)
+    ]
     if limit:
         picked = picked[:limit]
     if as_json:
         emit_json({"rows": [_row_doc(r) for r in picked]})
         return
-    columns = ["task_id", "type", "status", "retry_count", "next_retry_at", "error_class",
-               "last_error", "created_at"]
-    table("", ["row", *columns],
-          [[r.number] + [_short(r.text(c), 60) for c in columns] for r in picked],
-          justify_right=(0, 4))
+    columns = [
+        "task_id",
+        "type",
+        "status",
+        "retry_count",
+        "next_retry_at",
+        "error_class",
+        "last_error",
+        "created_at",
+    ]
+    table(
+        "",
+        ["row", *columns],
+        [[r.number] + [_short(r.text(c), 60) for c in columns] for r in picked],
+        justify_right=(0, 4),
+    )
     echo(f"{len(picked)} row(s)")
 
 
@@ -169,12 +205,15 @@ def show(
     snaps = store.read(reads)
     found = [(settings.queue_sheet, r) for r in snaps[0].rows if r.text("task_id") == task_id]
     if has_archive:
-        found += [(settings.archive_sheet, r) for r in snaps[2].rows
-                  if r.text("task_id") == task_id]
+        found += [
+            (settings.archive_sheet, r) for r in snaps[2].rows if r.text("task_id") == task_id
+        ]
     history = [r for r in snaps[1].rows if r.text("task_id") == task_id]
     if not found and not history:
-        raise UsageError(f"no task {task_id!r} in {settings.queue_sheet}, "
-                         f"{settings.archive_sheet} or {settings.log_sheet}")
+        raise UsageError(
+            f"no task {task_id!r} in {settings.queue_sheet}, "
+            f"{settings.archive_sheet} or {settings.log_sheet}"
+        )
     if as_json:
         rows = []
         for sheet, row in found:
@@ -185,10 +224,25 @@ def show(
         emit_json({"rows": rows, "log": [_row_doc(r) for r in history]})
         return
     for sheet, row in found:
-        table(f"{task_id} — {sheet} row {row.number}", ["column", "value"],
-              [[k, "" if v is None else v] for k, v in row.values.items()])
+        table(
+            f"{task_id} — {sheet} row {row.number}",
+            ["column", "value"],
+            [[k, "" if v is None else v] for k, v in row.values.items()],
+        )
     if not found:
         echo(f"{task_id}: not in {settings.queue_sheet} (a person may have deleted the row)")
-    table("history", ["ts", "event", "status", "retry_count", "duration_ms", "message"],
-          [[r.text("ts"), r.text("event"), r.text("status"), r.text("retry_count"),
-            r.text("duration_ms"), r.text("message")] for r in history])
+    table(
+        "history",
+        ["ts", "event", "status", "retry_count", "duration_ms", "message"],
+        [
+            [
+                r.text("ts"),
+                r.text("event"),
+                r.text("status"),
+                r.text("retry_count"),
+                r.text("duration_ms"),
+                r.text("message"),
+            ]
+            for r in history
+        ],
+    )

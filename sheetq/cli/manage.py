@@ -11,11 +11,20 @@ from sheetq.errors import UsageError
 
 
 def init(
-    fmt: Annotated[bool, typer.Option(
-        "--format/--no-format", help="Freeze the header, add the status drop-down, colours and "
-        "protection (Google only).")] = True,
-    dashboard: Annotated[bool, typer.Option(
-        "--dashboard", help="Also build a Dashboard worksheet of live formulas (Google).")] = False,
+    fmt: Annotated[
+        bool,
+        typer.Option(
+            "--format/--no-format",
+            help="Freeze the header, add the status drop-down, colours and "
+            "protection (Google only).",
+        ),
+    ] = True,
+    dashboard: Annotated[
+        bool,
+        typer.Option(
+            "--dashboard", help="Also build a Dashboard worksheet of live formulas (Google)."
+        ),
+    ] = False,
 ) -> None:
     """Create or adopt the Queue, QueueLog and QueueArchive worksheets. Never destroys data.
 
@@ -29,17 +38,19 @@ def init(
 
       sheetq init --dashboard
     """
-    from sheetq.cli.app import state
     from sheetq.adopt import adopt_rows
+    from sheetq.cli.app import state
     from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS
 
     settings = state.settings()
     store = state.store(create=True)
-    added = store.ensure_worksheets({
-        settings.queue_sheet: QUEUE_COLUMNS,
-        settings.log_sheet: LOG_COLUMNS,
-        settings.archive_sheet: QUEUE_COLUMNS,
-    })
+    added = store.ensure_worksheets(
+        {
+            settings.queue_sheet: QUEUE_COLUMNS,
+            settings.log_sheet: LOG_COLUMNS,
+            settings.archive_sheet: QUEUE_COLUMNS,
+        }
+    )
     info = store.open()
     for title in (settings.queue_sheet, settings.log_sheet, settings.archive_sheet):
         info.sheet(title).columns(QUEUE_COLUMNS if title != settings.log_sheet else LOG_COLUMNS)
@@ -49,8 +60,9 @@ def init(
     for line in report:
         echo(line)
     if fmt:
-        for line in store.format_worksheets(settings.queue_sheet, settings.log_sheet,
-                                            settings.archive_sheet):
+        for line in store.format_worksheets(
+            settings.queue_sheet, settings.log_sheet, settings.archive_sheet
+        ):
             echo(line)
     if dashboard:
         from sheetq.dashboard import build_dashboard
@@ -58,23 +70,31 @@ def init(
         for line in build_dashboard(store, settings):
             echo(line)
     if not added and not report:
-        echo(f"{info.title}: {settings.queue_sheet}, {settings.log_sheet} and "
-             f"{settings.archive_sheet} are ready")
+        echo(
+            f"{info.title}: {settings.queue_sheet}, {settings.log_sheet} and "
+            f"{settings.archive_sheet} are ready"
+        )
     else:
         echo(f"{info.title}: ready")
 
 
 def requeue(
-    task_ids: Annotated[list[str] | None, typer.Option(
-        "--task", help="This task (repeatable).")] = None,
-    statuses: Annotated[list[str] | None, typer.Option(
-        "--status", help="Rows with this status (repeatable; default failed).")] = None,
-    types: Annotated[list[str] | None, typer.Option(
-        "--type", "-t", help="Only this type (repeatable).")] = None,
-    error_classes: Annotated[list[str] | None, typer.Option(
-        "--error-class", help="Only this error class (repeatable).")] = None,
-    reset_attempts: Annotated[bool, typer.Option(
-        "--reset-attempts", help="Start counting attempts from zero again.")] = False,
+    task_ids: Annotated[
+        list[str] | None, typer.Option("--task", help="This task (repeatable).")
+    ] = None,
+    statuses: Annotated[
+        list[str] | None,
+        typer.Option("--status", help="Rows with this status (repeatable; default failed)."),
+    ] = None,
+    types: Annotated[
+        list[str] | None, typer.Option("--type", "-t", help="Only this type (repeatable).")
+    ] = None,
+    error_classes: Annotated[
+        list[str] | None, typer.Option("--error-class", help="Only this error class (repeatable).")
+    ] = None,
+    reset_attempts: Annotated[
+        bool, typer.Option("--reset-attempts", help="Start counting attempts from zero again.")
+    ] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List; change nothing.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
 ) -> None:
@@ -92,14 +112,24 @@ def requeue(
     wanted = _statuses(statuses) if statuses else ([] if task_ids else [Status.FAILED])
     for value in error_classes or ():
         if value not in {e.value for e in ErrorClass}:
-            raise UsageError(f"--error-class {value!r}: expected one of "
-                             f"{', '.join(e.value for e in ErrorClass)}")
+            raise UsageError(
+                f"--error-class {value!r}: expected one of {', '.join(e.value for e in ErrorClass)}"
+            )
     _change(
         "requeue",
         lambda rows, settings, now: plan_requeue(
-            rows, settings=settings, now=now, task_ids=task_ids or (), statuses=wanted,
-            types=types or (), error_classes=error_classes or (), reset_attempts=reset_attempts),
-        task_ids=task_ids or (), dry_run=dry_run, as_json=as_json,
+            rows,
+            settings=settings,
+            now=now,
+            task_ids=task_ids or (),
+            statuses=wanted,
+            types=types or (),
+            error_classes=error_classes or (),
+            reset_attempts=reset_attempts,
+        ),
+        task_ids=task_ids or (),
+        dry_run=dry_run,
+        as_json=as_json,
     )
 
 
@@ -119,9 +149,12 @@ def skip(
 
     _change(
         "skip",
-        lambda rows, settings, now: plan_skip(rows, settings=settings, now=now,
-                                              task_ids=task_ids, reason=reason),
-        task_ids=task_ids, dry_run=dry_run, as_json=as_json,
+        lambda rows, settings, now: plan_skip(
+            rows, settings=settings, now=now, task_ids=task_ids, reason=reason
+        ),
+        task_ids=task_ids,
+        dry_run=dry_run,
+        as_json=as_json,
     )
 
 
@@ -132,8 +165,9 @@ def _statuses(values: list[str]) -> list[object]:
     for value in values:
         parsed = Status.parse(value)
         if parsed is None:
-            raise UsageError(f"--status {value!r}: expected one of "
-                             f"{', '.join(s.value for s in Status)}")
+            raise UsageError(
+                f"--status {value!r}: expected one of {', '.join(s.value for s in Status)}"
+            )
         out.append(parsed)
     return out
 
@@ -160,12 +194,22 @@ def _change(verb: str, plan, *, task_ids, dry_run: bool, as_json: bool) -> None:
         picked = [r for r in picked if r.task_id not in gone]
     done_word = {"requeue": "requeued", "skip": "skipped"}[verb]
     if as_json:
-        emit_json({done_word: len(picked), "dry_run": dry_run, "task_ids": [r.task_id for r in picked],
-                   "not_found": unknown, "refused": refused})
+        emit_json(
+            {
+                done_word: len(picked),
+                "dry_run": dry_run,
+                "task_ids": [r.task_id for r in picked],
+                "not_found": unknown,
+                "refused": refused,
+            }
+        )
     else:
         if picked:
-            table("", ["task_id", "type", "status", "retry_count", "error_class"],
-                  [[r.task_id, r.type, r.status_text, r.retry_count, r.error_class] for r in picked])
+            table(
+                "",
+                ["task_id", "type", "status", "retry_count", "error_class"],
+                [[r.task_id, r.type, r.status_text, r.retry_count, r.error_class] for r in picked],
+            )
         echo(f"{'would be ' if dry_run else ''}{done_word}: {len(picked)}")
     for task_id in unknown:
         warn(f"{task_id}: no such task in {settings.queue_sheet}")

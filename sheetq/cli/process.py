@@ -11,23 +11,41 @@ from sheetq.errors import UsageError
 
 
 def process(
-    batch_size: Annotated[int | None, typer.Option(
-        "--batch-size", "-n", min=1, max=1000,
-        help="Tasks claimed per batch (default 10, or [queue].batch_size).")] = None,
-    max_batches: Annotated[int | None, typer.Option(
-        "--max-batches", min=1, help="Stop after this many batches (default 1).")] = None,
-    until_empty: Annotated[bool, typer.Option(
-        "--until-empty", help="Keep claiming batches until nothing is due.")] = False,
-    max_runtime: Annotated[str | None, typer.Option(
-        "--max-runtime", help="Claim no new batch after this long (e.g. 50s for a per-minute "
-        "cron); unstarted tasks are released.")] = None,
-    types: Annotated[list[str] | None, typer.Option(
-        "--type", "-t", help="Only these task types (repeatable).")] = None,
-    dry_run: Annotated[bool, typer.Option(
-        "--dry-run", help="Show what would be claimed; change nothing.")] = False,
+    batch_size: Annotated[
+        int | None,
+        typer.Option(
+            "--batch-size",
+            "-n",
+            min=1,
+            max=1000,
+            help="Tasks claimed per batch (default 10, or [queue].batch_size).",
+        ),
+    ] = None,
+    max_batches: Annotated[
+        int | None,
+        typer.Option("--max-batches", min=1, help="Stop after this many batches (default 1)."),
+    ] = None,
+    until_empty: Annotated[
+        bool, typer.Option("--until-empty", help="Keep claiming batches until nothing is due.")
+    ] = False,
+    max_runtime: Annotated[
+        str | None,
+        typer.Option(
+            "--max-runtime",
+            help="Claim no new batch after this long (e.g. 50s for a per-minute "
+            "cron); unstarted tasks are released.",
+        ),
+    ] = None,
+    types: Annotated[
+        list[str] | None, typer.Option("--type", "-t", help="Only these task types (repeatable).")
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show what would be claimed; change nothing.")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
-    quiet: Annotated[bool, typer.Option(
-        "--quiet", "-q", help="Print nothing unless the run itself breaks.")] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Print nothing unless the run itself breaks.")
+    ] = False,
 ) -> None:
     """Claim due tasks oldest-first, run their handlers, record results and alert failures.
 
@@ -44,7 +62,7 @@ def process(
       sheetq process --type lead --batch-size 50 --json
     """
     from sheetq.cli.app import state
-    from sheetq.runner import RunOptions, Runner, summary_line
+    from sheetq.runner import Runner, RunOptions, summary_line
     from sheetq.times import parse_duration
 
     if until_empty and max_batches is not None:
@@ -70,9 +88,16 @@ def process(
         notifier = make_notifier(settings, verbose=state.verbose)
     store = state.store()
     show_progress = not (as_json or quiet) and err().is_terminal
-    runner = Runner(store, settings, clock=state.clock(), rng=state.rng(), notifier=notifier,
-                    on_progress=(lambda msg: err().print(f"[dim]running {msg}[/dim]"))
-                    if show_progress else None)
+    runner = Runner(
+        store,
+        settings,
+        clock=state.clock(),
+        rng=state.rng(),
+        notifier=notifier,
+        on_progress=(lambda msg: err().print(f"[dim]running {msg}[/dim]"))
+        if show_progress
+        else None,
+    )
     summary = runner.run(options)
     if not quiet:
         for note in summary.notes:
@@ -91,14 +116,26 @@ def process(
         if summary.locked:
             echo(summary_line(summary))
             return
-        rows = [(w["task_id"], w["type"], w["status"], w["attempt"], w["row"])
-                for w in summary.would_claim]
-        table("would claim (dry run, nothing changed)", ["task_id", "type", "status", "attempt",
-                                                          "row"], rows, justify_right=(3, 4))
-        extra = [f"{n} {k}" for k, n in (("recovered", summary.recovered),
-                                         ("expired", summary.expired),
-                                         ("requeued", summary.requeued),
-                                         ("skipped as duplicates", summary.skipped)) if n]
+        rows = [
+            (w["task_id"], w["type"], w["status"], w["attempt"], w["row"])
+            for w in summary.would_claim
+        ]
+        table(
+            "would claim (dry run, nothing changed)",
+            ["task_id", "type", "status", "attempt", "row"],
+            rows,
+            justify_right=(3, 4),
+        )
+        extra = [
+            f"{n} {k}"
+            for k, n in (
+                ("recovered", summary.recovered),
+                ("expired", summary.expired),
+                ("requeued", summary.requeued),
+                ("skipped as duplicates", summary.skipped),
+            )
+            if n
+        ]
         waiting = sum(summary.without_handler.values())
         if waiting:
             extra.append(f"{waiting} waiting without handler")

@@ -11,8 +11,7 @@ from sheetq.errors import SheetqError
 
 def stats(
     since: Annotated[str, typer.Option("--since", help="Window, e.g. 24h or 7d.")] = "24h",
-    types: Annotated[list[str] | None, typer.Option("--type", "-t",
-                                                    help="Only this type.")] = None,
+    types: Annotated[list[str] | None, typer.Option("--type", "-t", help="Only this type.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
 ) -> None:
     """Throughput and failure numbers from QueueLog.

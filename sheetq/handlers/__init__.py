@@ -33,12 +33,14 @@ class ReconcileAnswer:
 def task_env(task: Task, extra: Mapping[str, str]) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in PRIVATE_ENV}
     env.update(extra)
-    env.update({
-        "SHEETQ_TASK_ID": task.task_id,
-        "SHEETQ_TASK_TYPE": task.type,
-        "SHEETQ_IDEMPOTENCY_KEY": task.idempotency_key,
-        "SHEETQ_ATTEMPT": str(task.attempt),
-    })
+    env.update(
+        {
+            "SHEETQ_TASK_ID": task.task_id,
+            "SHEETQ_TASK_TYPE": task.type,
+            "SHEETQ_IDEMPOTENCY_KEY": task.idempotency_key,
+            "SHEETQ_ATTEMPT": str(task.attempt),
+        }
+    )
     return env
 
 
@@ -64,8 +66,13 @@ def _dispatch(spec: HandlerSpec, config: TypeConfig, task: Task, payload_json: s
         from sheetq.handlers.command import run_command
 
         argv = [expand(a, where=f"{where}.command") for a in spec.command]
-        return run_command(argv, payload_json, task_env(task, _expanded_env(config)),
-                           timeout=timeout, cwd=config.cwd)
+        return run_command(
+            argv,
+            payload_json,
+            task_env(task, _expanded_env(config)),
+            timeout=timeout,
+            cwd=config.cwd,
+        )
     if spec.kind == "http":
         from sheetq.handlers.http import post_task
 
@@ -87,13 +94,16 @@ def run_reconcile(config: TypeConfig, task: Task, payload_json: str) -> Reconcil
             from sheetq.handlers.command import reconcile_command
 
             argv = [expand(a, where=f"[types.{config.name}].reconcile") for a in spec.command]
-            return reconcile_command(argv, payload_json,
-                                     task_env(task, _expanded_env(config)),
-                                     timeout=config.policy.timeout, cwd=config.cwd)
+            return reconcile_command(
+                argv,
+                payload_json,
+                task_env(task, _expanded_env(config)),
+                timeout=config.policy.timeout,
+                cwd=config.cwd,
+            )
         from sheetq.handlers.python import reconcile_function
 
-        return reconcile_function(spec.target, task, timeout=config.policy.timeout,
-                                  cwd=config.cwd)
+        return reconcile_function(spec.target, task, timeout=config.policy.timeout, cwd=config.cwd)
     except ConfigError as exc:
         return ReconcileAnswer(None, message=exc.message)
 

@@ -37,12 +37,18 @@ class _Ran:
         return lines[-1] if lines else ""
 
 
-def _run(argv: Sequence[str], stdin: str, env: Mapping[str, str], timeout: float,
-         cwd: Path | None) -> _Ran:
+def _run(
+    argv: Sequence[str], stdin: str, env: Mapping[str, str], timeout: float, cwd: Path | None
+) -> _Ran:
     try:
         proc = subprocess.Popen(
-            list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            cwd=cwd, env=dict(env), start_new_session=True,
+            list(argv),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=cwd,
+            env=dict(env),
+            start_new_session=True,
         )
     except FileNotFoundError:
         return _Ran(None, "", "", f"command not found: {argv[0]!r} (cwd {cwd})")
@@ -56,8 +62,12 @@ def _run(argv: Sequence[str], stdin: str, env: Mapping[str, str], timeout: float
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
-        return _Ran(None, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"),
-                    f"timed out after {timeout:g}s")
+        return _Ran(
+            None,
+            out.decode("utf-8", "replace"),
+            err.decode("utf-8", "replace"),
+            f"timed out after {timeout:g}s",
+        )
     return _Ran(proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
 
 
@@ -72,8 +82,11 @@ def _json_verdict(line: str) -> Outcome | None:
         return None
     status = Status(answer["status"])
     result = answer.get("result")
-    result_text = "" if result is None else (
-        result if isinstance(result, str) else json.dumps(result, ensure_ascii=False))
+    result_text = (
+        ""
+        if result is None
+        else (result if isinstance(result, str) else json.dumps(result, ensure_ascii=False))
+    )
     error = str(answer.get("error") or "")
     after = answer.get("retry_after")
     retry_after = float(after) if isinstance(after, int | float) and after > 0 else None
@@ -86,21 +99,36 @@ def _json_verdict(line: str) -> Outcome | None:
     if status is Status.SKIPPED:
         return Outcome.skipped(error, result_text)
     if status is Status.RETRY:
-        return Outcome(Status.RETRY, cls or ErrorClass.TRANSIENT, error or "handler asked to retry",
-                       result_text, retry_after)
-    return Outcome(Status.FAILED, cls or ErrorClass.PERMANENT, error or "handler reported failure",
-                   result_text)
+        return Outcome(
+            Status.RETRY,
+            cls or ErrorClass.TRANSIENT,
+            error or "handler asked to retry",
+            result_text,
+            retry_after,
+        )
+    return Outcome(
+        Status.FAILED, cls or ErrorClass.PERMANENT, error or "handler reported failure", result_text
+    )
 
 
-def run_command(argv: Sequence[str], payload_json: str, env: Mapping[str, str], *,
-                timeout: float, cwd: Path | None) -> Outcome:
+def run_command(
+    argv: Sequence[str],
+    payload_json: str,
+    env: Mapping[str, str],
+    *,
+    timeout: float,
+    cwd: Path | None,
+) -> Outcome:
     """Run one task as a subprocess and classify its exit (see the module docstring)."""
     ran = _run(argv, payload_json, env, timeout, cwd)
     if ran.code is None and not ran.error.startswith("timed out"):
         return Outcome.failed(ran.error, ErrorClass.CONFIG)
     if ran.code is None:
-        return Outcome.unknown(f"{ran.error}; killed. " + tail(ran.stderr, 300)
-                               if ran.stderr.strip() else f"{ran.error}; killed")
+        return Outcome.unknown(
+            f"{ran.error}; killed. " + tail(ran.stderr, 300)
+            if ran.stderr.strip()
+            else f"{ran.error}; killed"
+        )
     verdict = _json_verdict(ran.last_line)
     if verdict is not None:
         return verdict
@@ -119,8 +147,14 @@ def run_command(argv: Sequence[str], payload_json: str, env: Mapping[str, str], 
     return Outcome.retry(f"exit {code}: {why}".rstrip(": "))
 
 
-def reconcile_command(argv: Sequence[str], payload_json: str, env: Mapping[str, str], *,
-                      timeout: float, cwd: Path | None) -> ReconcileAnswer:
+def reconcile_command(
+    argv: Sequence[str],
+    payload_json: str,
+    env: Mapping[str, str],
+    *,
+    timeout: float,
+    cwd: Path | None,
+) -> ReconcileAnswer:
     """Exit 0: found (last stdout line → result); 1: not found; anything else: cannot tell."""
     ran = _run(argv, payload_json, env, timeout, cwd)
     if ran.code == 0:

@@ -40,8 +40,9 @@ def retry_after_seconds(value: str | None, now: datetime | None = None) -> float
     return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
 
 
-def post_task(url: str, method: str, headers: dict[str, str], task: Task, payload_json: str, *,
-              timeout: float) -> Outcome:
+def post_task(
+    url: str, method: str, headers: dict[str, str], task: Task, payload_json: str, *, timeout: float
+) -> Outcome:
     """Send one task and classify the answer (see the module docstring)."""
     send_headers = {
         "Content-Type": "application/json; charset=utf-8",
@@ -53,15 +54,18 @@ def post_task(url: str, method: str, headers: dict[str, str], task: Task, payloa
     }
     try:
         with httpx.Client(timeout=timeout, follow_redirects=False) as client:
-            response = client.request(method, url, content=payload_json.encode("utf-8"),
-                                      headers=send_headers)
+            response = client.request(
+                method, url, content=payload_json.encode("utf-8"), headers=send_headers
+            )
     except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
         return Outcome.retry(f"could not connect to {httpx.URL(url).host}: {exc}")
     except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
         return Outcome.failed(f"bad handler URL: {exc}", ErrorClass.CONFIG)
     except (httpx.ReadTimeout, httpx.WriteTimeout) as exc:
-        return Outcome.unknown(f"timed out after the request was sent ({type(exc).__name__}); "
-                               "the action may have happened")
+        return Outcome.unknown(
+            f"timed out after the request was sent ({type(exc).__name__}); "
+            "the action may have happened"
+        )
     except httpx.TransportError as exc:
         return Outcome.unknown(f"connection lost after the request was sent: {exc}")
     code = response.status_code
@@ -70,11 +74,15 @@ def post_task(url: str, method: str, headers: dict[str, str], task: Task, payloa
         return Outcome.done(shorten(body, 1000))
     reason = f"HTTP {code} {response.reason_phrase}: {shorten(body, 300)}".rstrip(": ")
     if code == 429:
-        return Outcome.retry(reason, ErrorClass.RATE_LIMITED,
-                             retry_after_seconds(response.headers.get("Retry-After")))
+        return Outcome.retry(
+            reason,
+            ErrorClass.RATE_LIMITED,
+            retry_after_seconds(response.headers.get("Retry-After")),
+        )
     if code in _RETRYABLE or code >= 500:
-        return Outcome.retry(reason, ErrorClass.TRANSIENT,
-                             retry_after_seconds(response.headers.get("Retry-After")))
+        return Outcome.retry(
+            reason, ErrorClass.TRANSIENT, retry_after_seconds(response.headers.get("Retry-After"))
+        )
     if code in (401, 403):
         return Outcome.failed(reason, ErrorClass.AUTH)
     return Outcome.failed(reason, ErrorClass.PERMANENT)

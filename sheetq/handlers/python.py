@@ -46,7 +46,7 @@ def _call(func: Callable[[Task], Any], task: Task, timeout: float) -> tuple[str,
     def work() -> None:
         try:
             box["value"] = func(task)
-        except BaseException as exc:  # noqa: BLE001 - reported to the caller, never lost
+        except BaseException as exc:
             box["error"] = exc
 
     thread = threading.Thread(target=work, name=f"sheetq-{task.task_id}", daemon=True)
@@ -84,8 +84,9 @@ def call_function(target: str, task: Task, *, timeout: float, cwd: Path | None) 
     return Outcome.retry(_last_line(exc))
 
 
-def reconcile_function(target: str, task: Task, *, timeout: float,
-                       cwd: Path | None) -> ReconcileAnswer:
+def reconcile_function(
+    target: str, task: Task, *, timeout: float, cwd: Path | None
+) -> ReconcileAnswer:
     """A value: found; ``None``: not found; ``OutcomeUnknown``/anything else: cannot tell."""
     func = load(target, cwd)
     kind, value = _call(func, task, timeout)

@@ -30,7 +30,9 @@ def open_store(settings: Settings, *, create: bool = False) -> Store:
 
         path = target[len(LOCAL_PREFIX) :].strip()
         if not path:
-            raise ConfigError("SHEETQ_SPREADSHEET=local:PATH needs a file path, e.g. local:sheetq.db")
+            raise ConfigError(
+                "SHEETQ_SPREADSHEET=local:PATH needs a file path, e.g. local:sheetq.db"
+            )
         return SqliteStore(path, create=create)
     from sheetq.store.google import GoogleStore
 

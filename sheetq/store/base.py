@@ -85,7 +85,8 @@ class WorkbookInfo:
 
 @dataclass(frozen=True)
 class Read:
-    """Columns of a worksheet. ``columns=None``: every named column. ``rows=None``: every data row."""
+    """Columns of a worksheet. ``columns=None``: every named column; ``rows=None``:
+    every data row."""
 
     worksheet: str
     columns: tuple[str, ...] | None = None

@@ -56,7 +56,9 @@ class SqliteStore:
     def __init__(self, path: str | Path, *, create: bool = False, timeout: float = 30.0) -> None:
         self.path = Path(path).expanduser()
         if not create and not self.path.exists():
-            raise SchemaError(f"{self.path}: no such local workbook; run `sheetq init` to create it")
+            raise SchemaError(
+                f"{self.path}: no such local workbook; run `sheetq init` to create it"
+            )
         try:
             if create:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -139,12 +141,13 @@ class SqliteStore:
                     continue
                 if update.key is not None:
                     result.rows[update.key] = row
-                assignments = [(cols[name], value) for name, value in update.values.items()
-                               if name in cols]
+                assignments = [
+                    (cols[name], value) for name, value in update.values.items() if name in cols
+                ]
                 if assignments:
                     sets = ", ".join(f"c{index} = ?" for index, _ in assignments)
                     self._db.execute(
-                        f"UPDATE ws_{sheet_id} SET {sets} WHERE r = ?",  # noqa: S608 - names are ours
+                        f"UPDATE ws_{sheet_id} SET {sets} WHERE r = ?",
                         [value for _, value in assignments] + [row],
                     )
             deletions: dict[int, list[int]] = {}
@@ -171,12 +174,17 @@ class SqliteStore:
         added: dict[str, list[str]] = {}
         self._db.execute("BEGIN IMMEDIATE")
         try:
-            existing = {title: (sid, n) for sid, title, n in
-                        self._db.execute("SELECT sheet_id, title, ncols FROM worksheets")}
+            existing = {
+                title: (sid, n)
+                for sid, title, n in self._db.execute(
+                    "SELECT sheet_id, title, ncols FROM worksheets"
+                )
+            }
             for title, columns in spec.items():
                 if title not in existing:
                     position = self._db.execute(
-                        "SELECT COALESCE(MAX(position), -1) + 1 FROM worksheets").fetchone()[0]
+                        "SELECT COALESCE(MAX(position), -1) + 1 FROM worksheets"
+                    ).fetchone()[0]
                     cur = self._db.execute(
                         "INSERT INTO worksheets (title, ncols, position) VALUES (?, 0, ?)",
                         (title, position),
@@ -192,16 +200,20 @@ class SqliteStore:
                 # After the last named column, unless unnamed columns beyond it hold data.
                 start = len(header)
                 if ncols > start:
-                    cells = " OR ".join(f"c{i} IS NOT NULL AND c{i} != ''"
-                                        for i in range(start, ncols))
-                    if self._db.execute(f"SELECT 1 FROM ws_{sheet_id} WHERE {cells} LIMIT 1").fetchone():
+                    cells = " OR ".join(
+                        f"c{i} IS NOT NULL AND c{i} != ''" for i in range(start, ncols)
+                    )
+                    if self._db.execute(
+                        f"SELECT 1 FROM ws_{sheet_id} WHERE {cells} LIMIT 1"
+                    ).fetchone():
                         start = ncols
                 new_cols = start + len(missing)
                 for index in range(ncols, new_cols):
                     self._db.execute(f"ALTER TABLE ws_{sheet_id} ADD COLUMN c{index}")
                 ncols = max(ncols, new_cols)
-                self._db.execute("UPDATE worksheets SET ncols = ? WHERE sheet_id = ?",
-                                 (ncols, sheet_id))
+                self._db.execute(
+                    "UPDATE worksheets SET ncols = ? WHERE sheet_id = ?", (ncols, sheet_id)
+                )
                 self._db.execute(f"INSERT OR IGNORE INTO ws_{sheet_id} (r) VALUES (1)")
                 sets = ", ".join(f"c{start + i} = ?" for i in range(len(missing)))
                 self._db.execute(f"UPDATE ws_{sheet_id} SET {sets} WHERE r = 1", missing)
@@ -271,19 +283,23 @@ class SqliteStore:
                 records += self._db.execute(
                     f"SELECT {select} FROM ws_{sheet_id} WHERE r IN ({marks}) ORDER BY r", chunk
                 ).fetchall()
-        rows = [Row(rec[0], {c: _cell(v) for c, v in zip(wanted, rec[1:], strict=True)})
-                for rec in records]
+        rows = [
+            Row(rec[0], {c: _cell(v) for c, v in zip(wanted, rec[1:], strict=True)})
+            for rec in records
+        ]
         return Snapshot(read.worksheet, header, rows)
 
-    def _locate(self, sheet_id: int, cols: Mapping[str, int], key_column: str,
-                key: str | None, hint: int) -> int | None:
+    def _locate(
+        self, sheet_id: int, cols: Mapping[str, int], key_column: str, key: str | None, hint: int
+    ) -> int | None:
         if key is None:
             return hint
         index = cols.get(key_column)
         if index is None:
             raise SchemaError(f"column '{key_column}' is missing; run `sheetq init`")
         found = self._db.execute(
-            f"SELECT c{index} FROM ws_{sheet_id} WHERE r = ?", (hint,)).fetchone()
+            f"SELECT c{index} FROM ws_{sheet_id} WHERE r = ?", (hint,)
+        ).fetchone()
         if found is not None and found[0] == key:
             return hint
         found = self._db.execute(
@@ -291,13 +307,17 @@ class SqliteStore:
         ).fetchone()
         return None if found is None else int(found[0])
 
-    def _append(self, sheet_id: int, cols: Mapping[str, int], values: Mapping[str, CellValue]) -> None:
+    def _append(
+        self, sheet_id: int, cols: Mapping[str, int], values: Mapping[str, CellValue]
+    ) -> None:
         pairs = [(cols[name], value) for name, value in values.items() if name in cols]
         names = ", ".join(["r"] + [f"c{i}" for i, _ in pairs])
-        marks = ", ".join(["(SELECT COALESCE(MAX(r), 1) + 1 FROM ws_%d)" % sheet_id]
-                          + ["?"] * len(pairs))
-        self._db.execute(f"INSERT INTO ws_{sheet_id} ({names}) VALUES ({marks})",
-                         [value for _, value in pairs])
+        marks = ", ".join(
+            [f"(SELECT COALESCE(MAX(r), 1) + 1 FROM ws_{sheet_id})"] + ["?"] * len(pairs)
+        )
+        self._db.execute(
+            f"INSERT INTO ws_{sheet_id} ({names}) VALUES ({marks})", [value for _, value in pairs]
+        )
 
     def _delete_rows(self, sheet_id: int, rows: list[int]) -> None:
         gone = sorted(set(rows))
@@ -308,7 +328,9 @@ class SqliteStore:
         # Shift the rows below up, as deleting sheet rows does; negate first to keep r unique.
         self._db.execute(
             f"UPDATE ws_{sheet_id} SET r = -(r - (SELECT COUNT(*) FROM _gone g "
-            f"WHERE g.r < ws_{sheet_id}.r)) WHERE r > ?", (gone[0],))
+            f"WHERE g.r < ws_{sheet_id}.r)) WHERE r > ?",
+            (gone[0],),
+        )
         self._db.execute(f"UPDATE ws_{sheet_id} SET r = -r WHERE r < 0")
         self._db.execute("DELETE FROM _gone")
 
@@ -342,7 +364,9 @@ class SqliteStore:
         while index >= ncols:
             self._db.execute(f"ALTER TABLE ws_{sheet_id} ADD COLUMN c{ncols}")
             ncols += 1
-            self._db.execute("UPDATE worksheets SET ncols = ? WHERE sheet_id = ?", (ncols, sheet_id))
+            self._db.execute(
+                "UPDATE worksheets SET ncols = ? WHERE sheet_id = ?", (ncols, sheet_id)
+            )
         self._db.execute(f"INSERT OR IGNORE INTO ws_{sheet_id} (r) VALUES (?)", (row,))
         self._db.execute(f"UPDATE ws_{sheet_id} SET c{index} = ? WHERE r = ?", (value, row))
 
@@ -357,7 +381,7 @@ class SqliteStore:
         grid = self.values(worksheet)
         header, body = grid[0], grid[1:]
         index = header.index(column)
-        body.sort(key=lambda r: ("" if r[index] is None else str(r[index])), reverse=descending)
+        body.sort(key=lambda r: "" if r[index] is None else str(r[index]), reverse=descending)
         sheet_id, _ = self._sheet(worksheet)
         self._db.execute(f"DELETE FROM ws_{sheet_id} WHERE r > 1")
         self.write_rows(worksheet, body, start_row=2)
@@ -367,11 +391,15 @@ class SqliteStore:
         grid = self.values(worksheet)
         sheet_id, ncols = self._sheet(worksheet)
         self._db.execute(f"ALTER TABLE ws_{sheet_id} ADD COLUMN c{ncols}")
-        self._db.execute("UPDATE worksheets SET ncols = ? WHERE sheet_id = ?", (ncols + 1, sheet_id))
+        self._db.execute(
+            "UPDATE worksheets SET ncols = ? WHERE sheet_id = ?", (ncols + 1, sheet_id)
+        )
         self._db.execute(f"DELETE FROM ws_{sheet_id}")
         for number, row in enumerate(grid, start=1):
             row = list(row) + [None] * (ncols - len(row))
             row.insert(at, name if number == 1 else None)
             names = ", ".join(["r"] + [f"c{i}" for i in range(ncols + 1)])
             marks = ", ".join("?" * (ncols + 2))
-            self._db.execute(f"INSERT INTO ws_{sheet_id} ({names}) VALUES ({marks})", [number, *row])
+            self._db.execute(
+                f"INSERT INTO ws_{sheet_id} ({names}) VALUES ({marks})", [number, *row]
+            )

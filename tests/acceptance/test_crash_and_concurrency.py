@@ -36,8 +36,9 @@ def _calls(path: Path) -> Counter[str]:
     return Counter(line for line in path.read_text().splitlines() if line)
 
 
-def test_sigkill_mid_batch_loses_nothing(book: Book, tmp_path: Path,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sigkill_mid_batch_loses_nothing(
+    book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A run killed with SIGKILL mid-batch: after the lease expires every row is recovered per
     on_unknown (retry, fail, reconcile) and no row stays processing."""
     calls = tmp_path / "calls.txt"
@@ -48,13 +49,20 @@ def test_sigkill_mid_batch_loses_nothing(book: Book, tmp_path: Path,
         f"[types.safe]\ncommand = {cmd}\nidempotent = true\ntimeout = '60s'\n"
         f"[types.risky]\ncommand = {cmd}\ntimeout = '60s'\n"
         f"[types.order]\ncommand = {cmd}\ntimeout = '60s'\non_unknown = 'reconcile'\n"
-        f"reconcile = {{ command = {found} }}\n")
+        f"reconcile = {{ command = {found} }}\n"
+    )
     monkeypatch.setenv("SHEETQ_NOW", _iso(NOW))
-    ids = [run_cli(["enqueue", t, json.dumps({"n": i}), "--json"]).json()["task_id"]
-           for i, t in enumerate(["safe", "risky", "order", "safe"])]
+    ids = [
+        run_cli(["enqueue", t, json.dumps({"n": i}), "--json"]).json()["task_id"]
+        for i, t in enumerate(["safe", "risky", "order", "safe"])
+    ]
     env = {**os.environ, "SLEEP": "30"}
-    proc = subprocess.Popen([sys.executable, "-m", "sheetq", "process", "--batch-size", "10"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sheetq", "process", "--batch-size", "10"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + 20
     while not calls.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -85,11 +93,15 @@ def test_sigkill_mid_batch_loses_nothing(book: Book, tmp_path: Path,
         assert "recovered" in [e["event"] for e in book.log(task)]
 
 
-def test_poison_task_ends_failed(book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_poison_task_ends_failed(
+    book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A task that kills its runner every time ends failed after max_attempts, not redelivered
     for ever."""
-    write_config("[types.poison]\ncommand = ['true']\nidempotent = true\nmax_attempts = 2\n"
-                 "lease = '1m'\ntimeout = '1s'\nbackoff = ['1s']\n")
+    write_config(
+        "[types.poison]\ncommand = ['true']\nidempotent = true\nmax_attempts = 2\n"
+        "lease = '1m'\ntimeout = '1s'\nbackoff = ['1s']\n"
+    )
     monkeypatch.setenv("SHEETQ_NOW", _iso(NOW))
     task = run_cli(["enqueue", "poison", "{}", "--json"]).json()["task_id"]
     row_number = int(book.row_of(task)["_row"])
@@ -109,9 +121,9 @@ def test_poison_task_ends_failed(book: Book, tmp_path: Path, monkeypatch: pytest
 
 
 @pytest.mark.parametrize("separate_hosts", [False, True])
-def test_two_runs_at_once_never_run_a_task_twice(book: Book, tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch,
-                                                 separate_hosts: bool) -> None:
+def test_two_runs_at_once_never_run_a_task_twice(
+    book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, separate_hosts: bool
+) -> None:
     """Two process runs started together (same host, or two hosts with separate lock files):
     each task runs exactly once; a loser exits 0 with one line."""
     calls = tmp_path / "calls.txt"
@@ -124,9 +136,15 @@ def test_two_runs_at_once_never_run_a_task_twice(book: Book, tmp_path: Path,
         env = {**os.environ, "SLEEP": "0.05"}
         if separate_hosts:
             env["SHEETQ_LOCK_DIR"] = str(tmp_path / f"host{index}")
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "sheetq", "process", "--until-empty", "--batch-size", "3"],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "sheetq", "process", "--until-empty", "--batch-size", "3"],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     outputs = [p.communicate(timeout=60) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
     counts = _calls(calls)

@@ -11,8 +11,9 @@ from tests.conftest import Book, handler_script, run_cli, write_config
 
 def test_enqueue_process_done(book: Book, tmp_path: Path) -> None:
     """A task enqueued once runs once and ends done with the handler's last line as result."""
-    cmd = handler_script(tmp_path, "ok", "import sys, json\nd = json.load(sys.stdin)\n"
-                         "print('crm-' + d['lead_id'])\n")
+    cmd = handler_script(
+        tmp_path, "ok", "import sys, json\nd = json.load(sys.stdin)\nprint('crm-' + d['lead_id'])\n"
+    )
     write_config(f"[types.lead]\ncommand = {cmd}\n")
     r = run_cli(["enqueue", "lead", json.dumps({"lead_id": "L-1"}), "--json"])
     assert r.code == 0, r.stderr

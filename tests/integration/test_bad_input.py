@@ -40,8 +40,9 @@ def _one_line(stderr: str) -> str:
         (["frobnicate"], None, "No such command 'frobnicate'"),
     ],
 )
-def test_usage_errors_exit_2_and_write_nothing(book: Book, args: list[str], stdin: str | None,
-                                               fragment: str) -> None:
+def test_usage_errors_exit_2_and_write_nothing(
+    book: Book, args: list[str], stdin: str | None, fragment: str
+) -> None:
     """Each mistake is named in one line, exit 2, and the sheet is unchanged."""
     r = run_cli(args, input=stdin)
     assert r.code == 2, (r.stdout, r.stderr)

@@ -16,13 +16,16 @@ needs_shared = pytest.mark.skipif(not LEADS.exists(), reason="../shared/data is 
 
 
 def _queue_set(book: Book) -> set[tuple[str, str, str, str]]:
-    return {(r["type"], r["idempotency_key"], r["payload_json"], r["payload_hash"])
-            for r in book.records()}
+    return {
+        (r["type"], r["idempotency_key"], r["payload_json"], r["payload_hash"])
+        for r in book.records()
+    }
 
 
 @needs_shared
-def test_leads_one_by_one_equals_one_jsonl_batch(book: Book, tmp_path: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_leads_one_by_one_equals_one_jsonl_batch(
+    book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Every lead enqueued one call at a time, or in one --jsonl call, gives the same rows."""
     lines = [line for line in LEADS.read_text(encoding="utf-8").splitlines() if line.strip()]
     outcomes: dict[str, int] = {"enqueued": 0, "duplicate": 0, "conflict": 0}
@@ -73,8 +76,19 @@ def test_github_webhooks_round_trip_and_deduplicate(book: Book) -> None:
     assert len(book.records()) == before
 
 
-VALUES = ["=1+1", "+380501234567", "007", "2026-01-05", "TRUE", "line one\nline two\n\ttabbed",
-          "Юлія Шевчук", "🦄 emoji 🇺🇦", '=IMPORTXML("http://x","//a")', "  padded  ", "0.10"]
+VALUES = [
+    "=1+1",
+    "+380501234567",
+    "007",
+    "2026-01-05",
+    "TRUE",
+    "line one\nline two\n\ttabbed",
+    "Юлія Шевчук",
+    "🦄 emoji 🇺🇦",
+    '=IMPORTXML("http://x","//a")',
+    "  padded  ",
+    "0.10",
+]
 
 
 def test_values_round_trip_unchanged(book: Book) -> None:
@@ -89,7 +103,7 @@ def test_values_round_trip_unchanged(book: Book) -> None:
 
 
 def test_duplicate_and_conflict_outcomes_and_log(book: Book) -> None:
-    """Same key + payload: duplicate, exit 0; same key, new payload: conflict, exit 3; both logged."""
+    """Same key and payload: duplicate, exit 0; new payload: conflict, exit 3; both logged."""
     first = run_cli(["enqueue", "lead", '{"lead_id": "L-9", "a": 1}', "--json"]).json()
     dup = run_cli(["enqueue", "lead", '{"a": 1, "lead_id": "L-9"}', "--json"])
     assert dup.code == 0 and dup.json() == {**first, "outcome": "duplicate"}

@@ -56,13 +56,14 @@ def test_unrecognised_status_is_left_alone_and_counted(book: Book, tmp_path: Pat
 
 
 def test_requeue_command_redrives_dead_letters(book: Book, tmp_path: Path) -> None:
-    """`requeue` with filters sends failed rows back to pending, logged; --dry-run changes nothing."""
+    """`requeue` with filters sends failed rows back to pending, logged; --dry-run does not."""
     task = _failed_task(book, tmp_path)
     r = run_cli(["requeue", "--dry-run", "--json"])
     assert r.json()["requeued"] == 1 and book.row_of(task)["status"] == "failed"
     assert run_cli(["requeue", "--error-class", "auth", "--json"]).json()["requeued"] == 0
-    r = run_cli(["requeue", "--type", "job", "--error-class", "permanent", "--reset-attempts",
-                 "--json"])
+    r = run_cli(
+        ["requeue", "--type", "job", "--error-class", "permanent", "--reset-attempts", "--json"]
+    )
     assert r.code == 0 and r.json()["task_ids"] == [task]
     row = book.row_of(task)
     assert (row["status"], row["retry_count"], row["error_class"]) == ("pending", "0", "")
@@ -105,7 +106,8 @@ def test_status_list_show(book: Book, tmp_path: Path, monkeypatch: pytest.Monkey
 
 
 def test_init_adopts_original_nine_columns_and_keeps_manager_columns(
-        empty_book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    empty_book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """An Apps Script sheet of the first nine columns gains the rest; old rows get hashes and keys
     and deduplicate; a manager's own column survives every command."""
     if not empty_book.spreadsheet.startswith("local:"):
@@ -113,18 +115,35 @@ def test_init_adopts_original_nine_columns_and_keeps_manager_columns(
     from sheetq.store.sqlite import SqliteStore
 
     store = SqliteStore(empty_book.spreadsheet[6:], create=True)
-    store.ensure_worksheets({"Queue": ("task_id", "created_at", "type", "payload_json", "status",
-                                       "retry_count", "next_retry_at", "last_error",
-                                       "idempotency_key", "notes")})
-    store.write_rows("Queue", [
-        ["", "", "lead", '{"lead_id": "L-1"}', "done", 0, "", "", "", "called back"],
-        ["", "2025-12-01 10:00", "lead", '{"x": 2}', "pending", "", "", "", "", "VIP"],
-        ["", "", "lead", "not json", "failed", 1, "", "", "", ""],
-    ], start_row=2)
+    store.ensure_worksheets(
+        {
+            "Queue": (
+                "task_id",
+                "created_at",
+                "type",
+                "payload_json",
+                "status",
+                "retry_count",
+                "next_retry_at",
+                "last_error",
+                "idempotency_key",
+                "notes",
+            )
+        }
+    )
+    store.write_rows(
+        "Queue",
+        [
+            ["", "", "lead", '{"lead_id": "L-1"}', "done", 0, "", "", "", "called back"],
+            ["", "2025-12-01 10:00", "lead", '{"x": 2}', "pending", "", "", "", "", "VIP"],
+            ["", "", "lead", "not json", "failed", 1, "", "", "", ""],
+        ],
+        start_row=2,
+    )
     store.close()
     r = run_cli(["init"])
     assert r.code == 0, r.stderr
-    assert "adopted 2" in r.stdout and "not json" not in r.stdout or "row 4" in r.stdout
+    assert ("adopted 2" in r.stdout and "not json" not in r.stdout) or "row 4" in r.stdout
     rows = empty_book.records()
     assert rows[0]["idempotency_key"] == "lead:lead_id=L-1"
     assert rows[0]["payload_hash"].startswith("sha256:") and rows[0]["task_id"].startswith("t_")
@@ -141,7 +160,7 @@ def test_init_adopts_original_nine_columns_and_keeps_manager_columns(
 
 
 def test_reordered_columns_are_found_by_name(book: Book, tmp_path: Path) -> None:
-    """Columns are found by header name: a manager inserting a column before status changes nothing."""
+    """Columns are found by name: a column inserted before status by a manager changes nothing."""
     _setup(tmp_path, OK)
     task = run_cli(["enqueue", "job", '{"n": 1}', "--json"]).json()["task_id"]
     book.insert_column("Queue", 2, "Call notes")
@@ -169,8 +188,10 @@ def test_sorted_mid_run_results_land_on_their_task(book: Book, tmp_path: Path) -
 
     os.environ["BOOK"] = book.spreadsheet[6:]
     os.environ["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
-    write_config(f"[types.zeta]\ncommand = {handler_script(tmp_path, 's', sorter)}\n"
-                 f"[types.alpha]\ncommand = {handler_script(tmp_path, 's2', sorter)}\n")
+    write_config(
+        f"[types.zeta]\ncommand = {handler_script(tmp_path, 's', sorter)}\n"
+        f"[types.alpha]\ncommand = {handler_script(tmp_path, 's2', sorter)}\n"
+    )
     ids = {}
     for n, t in enumerate(["zeta", "zeta", "alpha", "zeta", "alpha"]):
         ids[n] = run_cli(["enqueue", t, json.dumps({"n": n}), "--json"]).json()["task_id"]

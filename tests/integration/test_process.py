@@ -1,4 +1,4 @@
-"""`sheetq process` through the CLI: handler outcomes, backoff, breaker, leases (DESIGN.md §5, §7)."""
+"""`sheetq process` through the CLI: handler outcomes, backoff, breaker, leases (§5, §7)."""
 
 from __future__ import annotations
 
@@ -31,17 +31,34 @@ def _enqueue(payload: dict[str, object], task_type: str = "job") -> str:
 
 
 def _exit_handler(tmp_path: Path, name: str, code: int, out: str = "", err: str = "") -> str:
-    return handler_script(tmp_path, name, f"import sys\nsys.stdin.read()\nprint({out!r})\n"
-                          f"sys.stderr.write({err!r})\nsys.exit({code})\n")
+    return handler_script(
+        tmp_path,
+        name,
+        f"import sys\nsys.stdin.read()\nprint({out!r})\n"
+        f"sys.stderr.write({err!r})\nsys.exit({code})\n",
+    )
 
 
 @pytest.mark.parametrize(
     ("code", "status", "error_class", "retry_count"),
-    [(0, "done", "", "0"), (75, "retry", "transient", "1"), (65, "failed", "permanent", "1"),
-     (77, "failed", "auth", "1"), (1, "retry", "transient", "1"), (3, "retry", "transient", "1")],
+    [
+        (0, "done", "", "0"),
+        (75, "retry", "transient", "1"),
+        (65, "failed", "permanent", "1"),
+        (77, "failed", "auth", "1"),
+        (1, "retry", "transient", "1"),
+        (3, "retry", "transient", "1"),
+    ],
 )
-def test_command_exit_codes(book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                            code: int, status: str, error_class: str, retry_count: str) -> None:
+def test_command_exit_codes(
+    book: Book,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    code: int,
+    status: str,
+    error_class: str,
+    retry_count: str,
+) -> None:
     """sysexits: 0 done, 75 transient, 65 permanent, 77 auth, anything else transient."""
     _at(monkeypatch, NOW)
     cmd = _exit_handler(tmp_path, "h", code, out="the result", err="stderr tail says why")
@@ -51,7 +68,10 @@ def test_command_exit_codes(book: Book, tmp_path: Path, monkeypatch: pytest.Monk
     assert r.code == 0, r.stderr
     row = book.row_of(task)
     assert (row["status"], row["error_class"], row["retry_count"]) == (
-        status, error_class, retry_count)
+        status,
+        error_class,
+        retry_count,
+    )
     if status == "done":
         assert row["result"] == "the result" and row["last_error"] == ""
     else:
@@ -67,16 +87,27 @@ def test_command_exit_codes(book: Book, tmp_path: Path, monkeypatch: pytest.Monk
 
 @pytest.mark.parametrize(
     ("line", "status", "error_class"),
-    [('{"status": "done", "result": {"crm_id": 42}}', "done", ""),
-     ('{"status": "skipped", "error": "not a customer"}', "skipped", ""),
-     ('{"status": "retry", "error": "busy", "retry_after": 3600}', "retry", "transient"),
-     ('{"status": "retry", "error": "slow down", "error_class": "rate_limited"}', "retry",
-      "rate_limited"),
-     ('{"status": "failed", "error": "no phone"}', "failed", "permanent"),
-     ('{"status": "failed", "error": "key revoked", "error_class": "auth"}', "failed", "auth")],
+    [
+        ('{"status": "done", "result": {"crm_id": 42}}', "done", ""),
+        ('{"status": "skipped", "error": "not a customer"}', "skipped", ""),
+        ('{"status": "retry", "error": "busy", "retry_after": 3600}', "retry", "transient"),
+        (
+            '{"status": "retry", "error": "slow down", "error_class": "rate_limited"}',
+            "retry",
+            "rate_limited",
+        ),
+        ('{"status": "failed", "error": "no phone"}', "failed", "permanent"),
+        ('{"status": "failed", "error": "key revoked", "error_class": "auth"}', "failed", "auth"),
+    ],
 )
-def test_json_status_line_decides(book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                  line: str, status: str, error_class: str) -> None:
+def test_json_status_line_decides(
+    book: Book,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    line: str,
+    status: str,
+    error_class: str,
+) -> None:
     """A last stdout line that is a JSON object with a status decides, whatever the exit code."""
     _at(monkeypatch, NOW)
     write_config(f"[types.job]\ncommand = {_exit_handler(tmp_path, 'h', 1, out=line)}\n")
@@ -90,13 +121,16 @@ def test_json_status_line_decides(book: Book, tmp_path: Path, monkeypatch: pytes
         assert row["next_retry_at"] == "2026-01-05T10:00:00Z"
 
 
-def test_timeout_is_unknown_outcome(book: Book, tmp_path: Path,
-                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_timeout_is_unknown_outcome(
+    book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A handler killed by its timeout: outcome unknown; idempotent types retry, others fail."""
     _at(monkeypatch, NOW)
     slow = handler_script(tmp_path, "slow", "import time\ntime.sleep(30)\n")
-    write_config(f"[types.safe]\ncommand = {slow}\ntimeout = '0.5s'\nidempotent = true\n"
-                 f"[types.risky]\ncommand = {slow}\ntimeout = '0.5s'\n")
+    write_config(
+        f"[types.safe]\ncommand = {slow}\ntimeout = '0.5s'\nidempotent = true\n"
+        f"[types.risky]\ncommand = {slow}\ntimeout = '0.5s'\n"
+    )
     safe = _enqueue({"n": 1}, "safe")
     risky = _enqueue({"n": 2}, "risky")
     r = run_cli(["process", "--batch-size", "5", "--json"])
@@ -108,8 +142,9 @@ def test_timeout_is_unknown_outcome(book: Book, tmp_path: Path,
     assert "timed out" in row["last_error"]
 
 
-def test_retries_then_fails_after_max_attempts(book: Book, tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_retries_then_fails_after_max_attempts(
+    book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Each failed attempt adds one to retry_count; the row is not due before its backoff."""
     write_config(f"[types.job]\ncommand = {_exit_handler(tmp_path, 'h', 75)}\nmax_attempts = 3\n")
     now = NOW
@@ -132,12 +167,15 @@ def test_retries_then_fails_after_max_attempts(book: Book, tmp_path: Path,
     assert events == ["enqueued", "claimed", "retry", "claimed", "retry", "claimed", "failed"]
 
 
-def test_auth_opens_circuit_and_releases_claimed(book: Book, tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """An auth failure fails its task and leaves the type's other rows untouched, no attempt used."""
+def test_auth_opens_circuit_and_releases_claimed(
+    book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An auth failure fails its task; the type's other rows stay untouched, no attempt used."""
     _at(monkeypatch, NOW)
-    write_config(f"[types.crm]\ncommand = {_exit_handler(tmp_path, 'h', 77)}\n"
-                 f"[types.other]\ncommand = {_exit_handler(tmp_path, 'ok', 0)}\n")
+    write_config(
+        f"[types.crm]\ncommand = {_exit_handler(tmp_path, 'h', 77)}\n"
+        f"[types.other]\ncommand = {_exit_handler(tmp_path, 'ok', 0)}\n"
+    )
     crm = [_enqueue({"n": i}, "crm") for i in range(3)]
     other = _enqueue({"n": 9}, "other")
     doc = run_cli(["process", "--batch-size", "10", "--json"]).json()
@@ -150,12 +188,14 @@ def test_auth_opens_circuit_and_releases_claimed(book: Book, tmp_path: Path,
     assert book.row_of(other)["status"] == "done"
 
 
-def test_breaker_opens_after_consecutive_transient(book: Book, tmp_path: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_breaker_opens_after_consecutive_transient(
+    book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """After breaker_threshold transient failures of a type in a run, its other rows wait."""
     _at(monkeypatch, NOW)
-    write_config(f"[types.job]\ncommand = {_exit_handler(tmp_path, 'h', 75)}\n"
-                 "breaker_threshold = 2\n")
+    write_config(
+        f"[types.job]\ncommand = {_exit_handler(tmp_path, 'h', 75)}\nbreaker_threshold = 2\n"
+    )
     for i in range(5):
         _enqueue({"n": i})
     doc = run_cli(["process", "--batch-size", "10", "--json"]).json()
@@ -163,13 +203,16 @@ def test_breaker_opens_after_consecutive_transient(book: Book, tmp_path: Path,
     assert "2 consecutive transient failures" in doc["open_circuits"]["job"]
 
 
-def test_rate_limit_spaces_calls(book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rate_limit_spaces_calls(
+    book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """rate_limit = "30/min" spaces handler starts 2 s apart (on the injected clock)."""
     _at(monkeypatch, NOW)
     calls = tmp_path / "calls.txt"
     monkeypatch.setenv("CALLS", str(calls))
-    write_config(f"[types.job]\ncommand = {handler_script(tmp_path, 'c', COUNTER)}\n"
-                 "rate_limit = '30/min'\n")
+    write_config(
+        f"[types.job]\ncommand = {handler_script(tmp_path, 'c', COUNTER)}\nrate_limit = '30/min'\n"
+    )
     for i in range(4):
         _enqueue({"n": i})
     doc = run_cli(["process", "--batch-size", "4", "--json"]).json()
@@ -177,13 +220,15 @@ def test_rate_limit_spaces_calls(book: Book, tmp_path: Path, monkeypatch: pytest
     assert doc["seconds"] >= 6.0  # three waits of 2 s on the fake clock
 
 
-def test_max_age_expires_without_running(book: Book, tmp_path: Path,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_max_age_expires_without_running(
+    book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A task older than max_age fails as expired and its handler never runs."""
     calls = tmp_path / "calls.txt"
     monkeypatch.setenv("CALLS", str(calls))
-    write_config(f"[types.job]\ncommand = {handler_script(tmp_path, 'c', COUNTER)}\n"
-                 "max_age = '1h'\n")
+    write_config(
+        f"[types.job]\ncommand = {handler_script(tmp_path, 'c', COUNTER)}\nmax_age = '1h'\n"
+    )
     _at(monkeypatch, NOW)
     task = _enqueue({"n": 1})
     _at(monkeypatch, NOW + timedelta(hours=2))
@@ -195,8 +240,9 @@ def test_max_age_expires_without_running(book: Book, tmp_path: Path,
     assert [e["event"] for e in book.log(task)] == ["enqueued", "expired"]
 
 
-def test_oldest_first_batches_and_until_empty(book: Book, tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_oldest_first_batches_and_until_empty(
+    book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Batches claim oldest first; --max-batches and --until-empty bound the run."""
     calls = tmp_path / "calls.txt"
     monkeypatch.setenv("CALLS", str(calls))
@@ -260,7 +306,9 @@ def test_racing_duplicate_rows_resolved_to_skipped(book: Book, tmp_path: Path) -
     assert book.row_of(first)["status"] == "done"
 
 
-def test_python_handler_signals(book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_python_handler_signals(
+    book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """python handlers: return → done; RetryTask/FailTask/SkipTask; other exceptions transient."""
     _at(monkeypatch, NOW)
     (tmp_path / "work").mkdir(exist_ok=True)
@@ -273,7 +321,9 @@ def test_python_handler_signals(book: Book, tmp_path: Path, monkeypatch: pytest.
         "    if kind == 'retry': raise RetryTask('later', after=7200)\n"
         "    if kind == 'fail': raise FailTask('bad data')\n"
         "    if kind == 'skip': raise SkipTask('nothing to do')\n"
-        "    raise KeyError('boom')\n", encoding="utf-8")
+        "    raise KeyError('boom')\n",
+        encoding="utf-8",
+    )
     write_config("[types.py]\npython = 'myhandlers:run'\n")
     ids = {k: _enqueue({"kind": k}, "py") for k in ("ok", "retry", "fail", "skip", "crash")}
     doc = run_cli(["process", "--batch-size", "10", "--json"]).json()
@@ -287,8 +337,10 @@ def test_python_handler_signals(book: Book, tmp_path: Path, monkeypatch: pytest.
 def test_secrets_redacted_from_errors(book: Book, tmp_path: Path) -> None:
     """Bearer tokens and configured redact_fields never reach last_error or the log."""
     err = "auth with Bearer abcdefghijklmnop123 for +380501234567 failed"
-    write_config(f"[types.job]\ncommand = {_exit_handler(tmp_path, 'h', 65, err=err)}\n"
-                 "redact_fields = ['phone']\n")
+    write_config(
+        f"[types.job]\ncommand = {_exit_handler(tmp_path, 'h', 65, err=err)}\n"
+        "redact_fields = ['phone']\n"
+    )
     task = _enqueue({"phone": "+380501234567"})
     run_cli(["process"])
     row = book.row_of(task)
@@ -298,13 +350,16 @@ def test_secrets_redacted_from_errors(book: Book, tmp_path: Path) -> None:
     assert all("abcdefghijklmnop123" not in e["message"] for e in book.log(task))
 
 
-def test_log_matches_queue_after_every_run(book: Book, tmp_path: Path,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_log_matches_queue_after_every_run(
+    book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """For every task, the last QueueLog status equals the Queue status."""
     _at(monkeypatch, NOW)
-    write_config(f"[types.a]\ncommand = {_exit_handler(tmp_path, 'a', 0)}\n"
-                 f"[types.b]\ncommand = {_exit_handler(tmp_path, 'b', 75)}\n"
-                 f"[types.c]\ncommand = {_exit_handler(tmp_path, 'c', 65)}\n")
+    write_config(
+        f"[types.a]\ncommand = {_exit_handler(tmp_path, 'a', 0)}\n"
+        f"[types.b]\ncommand = {_exit_handler(tmp_path, 'b', 75)}\n"
+        f"[types.c]\ncommand = {_exit_handler(tmp_path, 'c', 65)}\n"
+    )
     for i in range(4):
         for t in "abc":
             _enqueue({"n": i}, t)

@@ -24,7 +24,8 @@ def test_canonical_nfc_normalises_strings_and_keys() -> None:
     assert decomposed != composed
     assert canonical_json({decomposed: decomposed}) == canonical_json({composed: composed})
     assert payload_hash(canonical_json({"x": decomposed})) == payload_hash(
-        canonical_json({"x": composed}))
+        canonical_json({"x": composed})
+    )
 
 
 def test_hash_format() -> None:
@@ -68,7 +69,8 @@ def test_key_fields_missing_falls_through() -> None:
     """A key_fields path absent from the payload falls through to the next rule, losing nothing."""
     payload = {"event_id": "E1"}
     assert derive_key("t", payload, canonical_json(payload), key_fields=["lead_id"]) == (
-        "t:event_id=E1")
+        "t:event_id=E1"
+    )
 
 
 def test_explicit_key_limits() -> None:

@@ -45,7 +45,11 @@ def test_permanent_fails_at_once_and_auth_opens_circuit() -> None:
     """Bad data fails at once; auth fails at once and opens the circuit."""
     d = decide(Outcome.failed("bad"), 0, POLICY, NOW, random.Random(1))
     assert (d.status, d.error_class, d.retry_count, d.open_circuit) == (
-        Status.FAILED, ErrorClass.PERMANENT, 1, False)
+        Status.FAILED,
+        ErrorClass.PERMANENT,
+        1,
+        False,
+    )
     d = decide(Outcome.failed("401", ErrorClass.AUTH), 0, POLICY, NOW, random.Random(1))
     assert (d.status, d.error_class, d.open_circuit) == (Status.FAILED, ErrorClass.AUTH, True)
 

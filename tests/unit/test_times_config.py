@@ -30,8 +30,10 @@ def test_parse_what_people_type() -> None:
     assert isinstance(parse_ts("tomorrow"), Unparseable)
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("10m", 600), ("72h", 259200),
-                                                ("1h30m", 5400), ("30d", 2592000), ("15", 15)])
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("90s", 90), ("10m", 600), ("72h", 259200), ("1h30m", 5400), ("30d", 2592000), ("15", 15)],
+)
 def test_durations(text: str, seconds: float) -> None:
     """Durations in s, m, h, d, combined, or plain seconds."""
     assert parse_duration(text) == seconds
@@ -47,7 +49,8 @@ def test_bad_durations(text: str) -> None:
 def test_config_full(tmp_path: Path) -> None:
     """Every documented key is read; per-type values override [defaults]."""
     path = tmp_path / "sheetq.toml"
-    path.write_text("""
+    path.write_text(
+        """
 [queue]
 queue_sheet = "Jon's Queue"
 [defaults]
@@ -62,11 +65,13 @@ idempotent = true
 owner = "sales"
 rate_limit = "30/min"
 [types.order]
-http = { url = "https://crm.example.com/api/orders", headers = { Authorization = "Bearer ${CRM_TOKEN}" } }
+http = { url = "https://crm.example.com/o", headers = { Authorization = "Bearer ${CRM_TOKEN}" } }
 on_unknown = "reconcile"
 reconcile = { command = ["python", "find.py"] }
 max_attempts = 7
-""", encoding="utf-8")
+""",
+        encoding="utf-8",
+    )
     s = load_settings(config=str(path), env={"SHEETQ_SPREADSHEET": "local:x.db"})
     assert s.queue_sheet == "Jon's Queue"
     lead = s.type_config("lead")
