@@ -1,0 +1,844 @@
+"""The Google Sheets adapter of the storage port, on gspread's HTTP client and google-auth.
+
+Request shapes (``shared/reference/google-sheets-api.md``):
+
+* ``open`` — one ``spreadsheets.get`` with ``includeGridData`` limited by ``ranges`` to
+  the header rows of the queue's worksheets, and a ``fields`` mask: metadata, headers,
+  named ranges (the run lease) and the time zone in one request.
+* ``read`` — one ``values:batchGet`` of only the columns (or rows) asked for, plus each
+  worksheet's header row so a column a person moved is noticed;
+  ``UNFORMATTED_VALUE`` + ``SERIAL_NUMBER``, so typed dates arrive as serials.
+* ``apply`` — one ``spreadsheets:batchUpdate``, atomic: the lease compare-and-set
+  (``addNamedRange``/``deleteNamedRange``), ``updateCells`` (``stringValue``: data,
+  never parsed — the batchUpdate equivalent of RAW), ``deleteDimension``, and
+  ``appendCells`` (no table detection). Rows are re-located by ``task_id`` with one
+  ``values:batchGet`` right before writing, so a person sorting mid-run never gets a
+  result written into the wrong task.
+
+Transport retries (stamina): 429, 5xx and connection failures, truncated exponential
+backoff with jitter, ``Retry-After`` honoured, bounded by attempts and total time. A
+write whose reply was lost has an unknown outcome: before sending it again the adapter
+reads back whether it was applied (its lease token, task ids or log rows are
+recognisable), so a retried write never duplicates a row.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import random
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from sheetq.errors import (
+    ConfigError,
+    LeaseConflict,
+    SchemaError,
+    StoreError,
+    StoreUnavailable,
+    UsageError,
+)
+from sheetq.store.base import (
+    ApplyResult,
+    CellValue,
+    ChangeSet,
+    Read,
+    Row,
+    SheetInfo,
+    Snapshot,
+    UpdateRow,
+    WorkbookInfo,
+    column_letter,
+)
+
+if TYPE_CHECKING:
+    from sheetq.config import Settings
+
+GOOGLE_API = "https://sheets.googleapis.com"
+SCOPES = ["https://www.googleapis.com/auth/spreadsheets"]
+RETRY_ATTEMPTS = 8
+RETRY_BUDGET = 120.0  # seconds, all attempts of one request together
+_OPEN_FIELDS = (
+    "spreadsheetId,spreadsheetUrl,properties(title,locale,timeZone),"
+    "namedRanges(namedRangeId,name),"
+    "sheets(properties(sheetId,title,index,gridProperties(rowCount,columnCount,frozenRowCount)),"
+    "data(startRow,startColumn,rowData(values(formattedValue))))"
+)
+_VALUE_PARAMS = {
+    "majorDimension": "COLUMNS",
+    "valueRenderOption": "UNFORMATTED_VALUE",
+    "dateTimeRenderOption": "SERIAL_NUMBER",
+}
+
+
+class SpreadsheetNotFound(UsageError):
+    """No spreadsheet with that key: check SHEETQ_SPREADSHEET."""
+
+
+class AccessDenied(StoreError):
+    """The spreadsheet is not shared with sheetq's account (or only for reading)."""
+
+
+def quote_title(title: str) -> str:
+    """A title as an A1 prefix: always quoted, quotes doubled (``Jon's`` → ``'Jon''s'``)."""
+    return "'" + title.replace("'", "''") + "'"
+
+
+def spreadsheet_key(target: str) -> str:
+    """The key from a Google Sheets URL, or the key itself."""
+    target = target.strip()
+    if "/" in target or target.startswith("http"):
+        from gspread.utils import extract_id_from_url
+
+        try:
+            return str(extract_id_from_url(target))
+        except Exception as exc:  # gspread raises NoValidUrlKeyFound
+            raise ConfigError(
+                f"SHEETQ_SPREADSHEET: cannot find a spreadsheet key in {target!r}; use the URL "
+                "https://docs.google.com/spreadsheets/d/KEY/edit or the KEY itself"
+            ) from exc
+    if not target or any(c.isspace() for c in target):
+        raise ConfigError(f"SHEETQ_SPREADSHEET: {target!r} is not a spreadsheet key")
+    return target
+
+
+def _is_loopback_http(url: str) -> bool:
+    parts = urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname:
+        return False
+    if parts.hostname == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(parts.hostname).is_loopback
+    except ValueError:
+        return False
+
+
+def _session(base_url: str, credentials: Any | None) -> Any:
+    """A requests session for gspread that sends Google's URLs to ``base_url``."""
+    import requests
+
+    if credentials is None:
+        parent: type = requests.Session
+    else:
+        from google.auth.transport.requests import AuthorizedSession
+
+        parent = AuthorizedSession
+
+    class RedirectingSession(parent):  # type: ignore[misc, valid-type]
+        def request(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+            if base_url != GOOGLE_API and url.startswith(GOOGLE_API):
+                url = base_url + url[len(GOOGLE_API) :]
+            return super().request(method, url, *args, **kwargs)
+
+    session = RedirectingSession() if credentials is None else RedirectingSession(credentials)
+    session.trust_env = not _is_loopback_http(base_url)
+    return session
+
+
+def credentials_for(settings: Settings) -> Any | None:
+    """Service-account JSON from GOOGLE_APPLICATION_CREDENTIALS, else Application Default
+    Credentials; ``None`` for an ``http://`` loopback endpoint without credentials."""
+    path = settings.credentials
+    if not path and _is_loopback_http(settings.sheets_api_url):
+        return None
+    try:
+        if path:
+            from google.oauth2.service_account import Credentials
+
+            return Credentials.from_service_account_file(path, scopes=SCOPES)
+        import google.auth
+
+        creds, _project = google.auth.default(scopes=SCOPES)
+        return creds
+    except FileNotFoundError:
+        raise ConfigError(f"GOOGLE_APPLICATION_CREDENTIALS: no such file {path!r}") from None
+    except (ValueError, KeyError) as exc:
+        raise ConfigError(
+            f"GOOGLE_APPLICATION_CREDENTIALS: {path!r} is not a service-account JSON key ({exc})"
+        ) from None
+    except Exception as exc:  # google.auth.exceptions.DefaultCredentialsError
+        raise ConfigError(
+            "no Google credentials: set GOOGLE_APPLICATION_CREDENTIALS to a service-account "
+            f"JSON key file, or configure Application Default Credentials ({exc})"
+        ) from None
+
+
+@dataclass
+class _Sheet:
+    title: str
+    sheet_id: int
+    header: tuple[str, ...]
+    columns: dict[str, int]
+
+
+def _columns(header: Sequence[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for index, name in enumerate(header):
+        if name:
+            out.setdefault(name, index)
+    return out
+
+
+def _cell_data(value: CellValue) -> dict[str, Any]:
+    """A value as ``CellData``: text is ``stringValue`` (never parsed), numbers ``numberValue``."""
+    if value is None or value == "":
+        return {}
+    if isinstance(value, bool):
+        return {"userEnteredValue": {"boolValue": value}}
+    if isinstance(value, int | float):
+        return {"userEnteredValue": {"numberValue": value}}
+    return {"userEnteredValue": {"stringValue": str(value)}}
+
+
+def _runs(indexes: Iterable[int]) -> list[tuple[int, int]]:
+    """Sorted indexes → inclusive runs of consecutive numbers."""
+    runs: list[tuple[int, int]] = []
+    for index in sorted(set(indexes)):
+        if runs and runs[-1][1] == index - 1:
+            runs[-1] = (runs[-1][0], index)
+        else:
+            runs.append((index, index))
+    return runs
+
+
+class GoogleStore:
+    """A Google spreadsheet as sheetq's store (see the module docstring)."""
+
+    def __init__(
+        self,
+        key: str,
+        http: Any,
+        *,
+        titles: Sequence[str] = (),
+        account: str = "",
+        sleep: Callable[[float], None] | None = None,
+    ) -> None:
+        self.key = key
+        self._http = http  # gspread.http_client.HTTPClient
+        self._titles = tuple(titles)
+        self._account = account
+        self._sheets: dict[str, _Sheet] = {}
+        self._url = f"https://docs.google.com/spreadsheets/d/{key}/edit"
+        self._requests = 0
+        self._rng = random.Random()
+        self._sleep = sleep
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> GoogleStore:
+        """Build the adapter from ``SHEETQ_SPREADSHEET`` and the credential settings."""
+        import gspread
+
+        key = spreadsheet_key(settings.spreadsheet)
+        credentials = credentials_for(settings)
+        session = _session(settings.sheets_api_url, credentials)
+        client = gspread.Client(auth=None, session=session)
+        client.set_timeout((10, 90))
+        account = str(getattr(credentials, "service_account_email", "") or "")
+        return cls(
+            key,
+            client.http_client,
+            titles=(settings.queue_sheet, settings.log_sheet, settings.archive_sheet),
+            account=account,
+        )
+
+    # --- plumbing ---------------------------------------------------------------
+
+    @property
+    def requests_made(self) -> int:
+        return self._requests
+
+    def close(self) -> None:
+        session = getattr(self._http, "session", None)
+        if session is not None:
+            session.close()
+
+    def _url_for(self, suffix: str = "") -> str:
+        return f"{GOOGLE_API}/v4/spreadsheets/{self.key}{suffix}"
+
+    def _retry_hook(self, exc: Exception) -> bool | float:
+        """Retry 429, 5xx and connection failures; honour Retry-After (seconds)."""
+        from gspread.exceptions import APIError
+        from requests import exceptions as rq
+
+        if isinstance(exc, APIError):
+            code = exc.response.status_code
+            if code == 429 or code >= 500:
+                after = exc.response.headers.get("Retry-After", "")
+                try:
+                    return max(0.0, min(float(after), RETRY_BUDGET / 2)) if after else True
+                except ValueError:
+                    return True
+            return False
+        return isinstance(exc, rq.ConnectionError | rq.Timeout | rq.ChunkedEncodingError)
+
+    def _call(
+        self, what: str, send: Callable[[], Any], applied: Callable[[], bool] | None = None
+    ) -> Any:
+        """Send one request with transport retries. ``applied`` answers, after a lost reply
+        to a write, whether the write happened anyway (then it is not sent again)."""
+        import stamina
+        from gspread.exceptions import APIError
+
+        uncertain = False
+        try:
+            for attempt in stamina.retry_context(
+                on=self._retry_hook,
+                attempts=RETRY_ATTEMPTS,
+                timeout=RETRY_BUDGET,
+                wait_initial=1.0,
+                wait_max=32.0,
+                wait_jitter=1.0,
+            ):
+                with attempt:
+                    if uncertain and applied is not None and applied():
+                        return None
+                    try:
+                        self._requests += 1
+                        return send()
+                    except APIError as exc:
+                        uncertain = uncertain or exc.response.status_code >= 500
+                        raise
+                    except Exception:
+                        uncertain = True
+                        raise
+        except APIError as exc:
+            raise self._api_error(what, exc) from None
+        except Exception as exc:
+            if self._retry_hook(exc):
+                raise StoreUnavailable(
+                    f"Google Sheets did not answer {what} after {RETRY_ATTEMPTS} attempts or "
+                    f"{RETRY_BUDGET:.0f}s: {type(exc).__name__}: {exc}"
+                ) from None
+            raise
+        return None  # pragma: no cover - stamina either returns or raises
+
+    def _api_error(self, what: str, exc: Any) -> Exception:
+        code = exc.response.status_code
+        message = str(getattr(exc, "error", {}).get("message", "")) or str(exc)
+        if code == 429 or code >= 500:
+            return StoreUnavailable(
+                f"Google Sheets kept answering {code} to {what} after "
+                f"{RETRY_ATTEMPTS} attempts: {message}"
+            )
+        if code == 404:
+            return SpreadsheetNotFound(
+                f"spreadsheet {self.key!r} not found (404): check SHEETQ_SPREADSHEET — the key "
+                "is the long id in the sheet's URL"
+            )
+        if code in (401, 403):
+            who = f" ({self._account})" if self._account else ""
+            verb = "read" if what.startswith(("open", "read")) else "write to"
+            return AccessDenied(
+                f"Google refused to let sheetq {verb} the spreadsheet ({code}: {message}); share "
+                f"it as Editor with the service account{who}"
+            )
+        if "Unable to parse range" in message:
+            return SchemaError(f"{message}: a worksheet is missing; run `sheetq init`")
+        return StoreError(f"Google Sheets refused {what} ({code}): {message}")
+
+    def _batch_get(self, ranges: list[str], what: str) -> list[dict[str, Any]]:
+        body = self._call(
+            what,
+            lambda: self._http.values_batch_get(self.key, list(ranges), params=dict(_VALUE_PARAMS)),
+        )
+        return list(body.get("valueRanges", []))
+
+    # --- open -----------------------------------------------------------------
+
+    def open(self) -> WorkbookInfo:
+        """Metadata, header rows and named ranges in one ``spreadsheets.get``."""
+        from gspread.exceptions import APIError
+
+        titles = list(self._titles)
+        params: dict[str, Any] = {
+            "includeGridData": "true",
+            "fields": _OPEN_FIELDS,
+            "ranges": [f"{quote_title(t)}!1:1" for t in titles],
+        }
+        try:
+            meta = self._call(
+                "open", lambda: self._http.request("get", self._url_for(), params=params).json()
+            )
+        except SchemaError:
+            meta = None
+        if meta is None:  # a worksheet is missing: ask without it (not yet initialised)
+            known = self._call(
+                "open",
+                lambda: self._http.request(
+                    "get", self._url_for(), params={"fields": "sheets(properties(title))"}
+                ).json(),
+            )
+            present = {s["properties"]["title"] for s in known.get("sheets", [])}
+            params["ranges"] = [f"{quote_title(t)}!1:1" for t in titles if t in present]
+            try:
+                meta = self._call(
+                    "open", lambda: self._http.request("get", self._url_for(), params=params).json()
+                )
+            except APIError as exc:  # pragma: no cover - mapped in _call
+                raise self._api_error("open", exc) from None
+        return self._info(meta)
+
+    def _info(self, meta: Mapping[str, Any]) -> WorkbookInfo:
+        sheets: dict[str, SheetInfo] = {}
+        self._sheets = {}
+        for sheet in meta.get("sheets", []):
+            props = sheet.get("properties", {})
+            title = str(props.get("title", ""))
+            header: list[str] = []
+            for block in sheet.get("data", []) or []:
+                for row in (block.get("rowData") or [])[:1]:
+                    header = [
+                        str(v.get("formattedValue", "")).strip() for v in row.get("values", [])
+                    ]
+            while header and not header[-1]:
+                header.pop()
+            sheet_id = int(props.get("sheetId", 0))
+            self._sheets[title] = _Sheet(title, sheet_id, tuple(header), _columns(header))
+            sheets[title] = SheetInfo(
+                title,
+                sheet_id,
+                tuple(header),
+                int(props.get("gridProperties", {}).get("rowCount", 0)),
+            )
+        url = str(meta.get("spreadsheetUrl") or self._url)
+        self._url = url.split("#")[0]
+        props = meta.get("properties", {})
+        leases = {
+            str(r.get("name")): str(r.get("namedRangeId"))
+            for r in meta.get("namedRanges", []) or []
+        }
+        return WorkbookInfo(
+            title=str(props.get("title", self.key)),
+            sheets=sheets,
+            time_zone=str(props.get("timeZone") or "UTC"),
+            locale=str(props.get("locale") or "en_US"),
+            url=self._url,
+            leases=leases,
+        )
+
+    def link(self, info: WorkbookInfo, worksheet: str, row: int, task_id: str) -> str:
+        sheet = self._sheets.get(worksheet)
+        gid = sheet.sheet_id if sheet else 0
+        return f"{self._url}#gid={gid}&range=A{row}"
+
+    def _sheet(self, title: str) -> _Sheet:
+        if not self._sheets:
+            self.open()
+        try:
+            return self._sheets[title]
+        except KeyError:
+            raise SchemaError(f"worksheet '{title}' not found; run `sheetq init`") from None
+
+    # --- read -----------------------------------------------------------------
+
+    def read(self, reads: Sequence[Read]) -> list[Snapshot]:
+        """The columns (or rows) asked for, in one ``values:batchGet``; re-asked once if a
+        person moved a column since the header was last seen."""
+        for _ in range(3):
+            ranges: list[str] = []
+            plans: list[tuple[Read, _Sheet, list[str], int, list[tuple[int, int]]]] = []
+            for read in reads:
+                sheet = self._sheet(read.worksheet)
+                names = [c for c in (read.columns or list(sheet.columns)) if c in sheet.columns]
+                first = len(ranges)
+                ranges.append(f"{quote_title(sheet.title)}!1:1")
+                runs: list[tuple[int, int]] = []
+                if read.rows is None:
+                    for lo, hi in _runs(sheet.columns[n] for n in names):
+                        ranges.append(
+                            f"{quote_title(sheet.title)}!{column_letter(lo)}2:{column_letter(hi)}"
+                        )
+                elif read.rows:
+                    width = max(sheet.columns.values(), default=0)
+                    runs = _runs(read.rows)
+                    for lo, hi in runs:
+                        ranges.append(
+                            f"{quote_title(sheet.title)}!A{lo}:{column_letter(width)}{hi}"
+                        )
+                plans.append((read, sheet, names, first, runs))
+            answers = self._batch_get(ranges, "read")
+            moved = False
+            for _read, sheet, _names, first, _unused in plans:
+                header = self._header_from(answers[first])
+                if header != sheet.header:
+                    self._sheets[sheet.title] = _Sheet(
+                        sheet.title, sheet.sheet_id, header, _columns(header)
+                    )
+                    moved = True
+            if not moved:
+                return [self._snapshot(answers, *plan) for plan in plans]
+        raise StoreError("the header row kept changing while sheetq read it; try again")
+
+    @staticmethod
+    def _header_from(answer: Mapping[str, Any]) -> tuple[str, ...]:
+        columns = answer.get("values", [])
+        header = [str(col[0]).strip() if col else "" for col in columns]
+        while header and not header[-1]:
+            header.pop()
+        return tuple(header)
+
+    def _snapshot(
+        self,
+        answers: list[dict[str, Any]],
+        read: Read,
+        sheet: _Sheet,
+        names: list[str],
+        first: int,
+        runs: list[tuple[int, int]],
+    ) -> Snapshot:
+        rows: dict[int, dict[str, CellValue]] = {}
+        if read.rows is None:
+            index = first + 1
+            for lo, hi in _runs(sheet.columns[n] for n in names):
+                block = answers[index].get("values", [])
+                index += 1
+                for offset in range(hi - lo + 1):
+                    column = block[offset] if offset < len(block) else []
+                    name_list = [n for n in names if sheet.columns[n] == lo + offset]
+                    for row_offset, value in enumerate(column):
+                        cells = rows.setdefault(row_offset + 2, {})
+                        for name in name_list:
+                            cells[name] = value
+            height = max(rows, default=1)
+            ordered = [
+                Row(n, {name: rows.get(n, {}).get(name) for name in names})
+                for n in range(2, height + 1)
+            ]
+            return Snapshot(read.worksheet, sheet.header, ordered)
+        wanted = set(read.rows or ())
+        out: list[Row] = []
+        for run_index, (lo, hi) in enumerate(runs):
+            block = answers[first + 1 + run_index].get("values", [])
+            for number in range(lo, hi + 1):
+                if number not in wanted:
+                    continue
+                values: dict[str, CellValue] = {}
+                for name in names:
+                    col = sheet.columns[name]
+                    column = block[col] if col < len(block) else []
+                    offset = number - lo
+                    values[name] = column[offset] if offset < len(column) else None
+                out.append(Row(number, values))
+        return Snapshot(read.worksheet, sheet.header, out)
+
+    # --- apply ----------------------------------------------------------------
+
+    def apply(self, changes: ChangeSet, *, verify_rows: bool = True) -> ApplyResult:
+        """One atomic ``spreadsheets:batchUpdate`` (see the module docstring)."""
+        result = ApplyResult()
+        if not changes:
+            return result
+        located = self._locate(changes, result) if verify_rows else None
+        lease = self._lease_requests(changes)
+        requests = lease + self._update_requests(changes, located, result)
+        requests += self._delete_requests(changes, located, result)
+        requests += self._append_requests(changes)
+        if not requests:
+            return result
+        body = {"requests": requests}
+        try:
+            self._call(
+                "write",
+                lambda: self._http.batch_update(self.key, body),
+                applied=lambda: self._was_applied(changes),
+            )
+        except StoreError as exc:
+            if lease and self._lease_failed(str(exc), len(lease)):
+                raise LeaseConflict(f"the queue's run lease changed: {exc}") from None
+            raise
+        return result
+
+    @staticmethod
+    def _lease_failed(message: str, count: int) -> bool:
+        import re
+
+        match = re.search(r"requests\[(\d+)\]\.(\w+)", message)
+        if match:
+            return int(match.group(1)) < count
+        return "named range" in message.lower() or "namedrange" in message.lower()
+
+    def _locate(self, changes: ChangeSet, result: ApplyResult) -> dict[str, dict[str, int]]:
+        """task_id → row, read fresh for each worksheet that gets updates or deletions."""
+        titles = sorted(
+            {u.worksheet for u in changes.updates if u.key is not None}
+            | {d.worksheet for d in changes.deletes}
+        )
+        if not titles:
+            return {}
+        found: dict[str, dict[str, int]] = {}
+        reads = [Read(t, ("task_id",)) for t in titles]
+        for title, snap in zip(titles, self.read(reads), strict=True):
+            rows: dict[str, int] = {}
+            for row in snap.rows:
+                key = row.text("task_id").strip()
+                if key and key not in rows:
+                    rows[key] = row.number
+            found[title] = rows
+        return found
+
+    def _lease_requests(self, changes: ChangeSet) -> list[dict[str, Any]]:
+        lease = changes.lease
+        if lease is None:
+            return []
+        queue = self._sheets.get(self._titles[0]) if self._titles else None
+        sheet_id = queue.sheet_id if queue else 0
+        grid = {
+            "sheetId": sheet_id,
+            "startRowIndex": 0,
+            "endRowIndex": 1,
+            "startColumnIndex": 0,
+            "endColumnIndex": 1,
+        }
+        out: list[dict[str, Any]] = []
+        if lease.replaces is not None:
+            out.append({"deleteNamedRange": {"namedRangeId": lease.replaces}})
+        if lease.token is not None:
+            out.append(
+                {
+                    "addNamedRange": {
+                        "namedRange": {
+                            "namedRangeId": lease.token,
+                            "name": lease.name,
+                            "range": grid,
+                        }
+                    }
+                }
+            )
+        elif lease.replaces is None:
+            # assert that no run holds the lease: add and remove it in the same atomic batch
+            probe = f"9{self._rng.randrange(10**15):015d}"
+            out.append(
+                {
+                    "addNamedRange": {
+                        "namedRange": {"namedRangeId": probe, "name": lease.name, "range": grid}
+                    }
+                }
+            )
+            out.append({"deleteNamedRange": {"namedRangeId": probe}})
+        return out
+
+    def _row_for(
+        self,
+        update: UpdateRow | Any,
+        located: dict[str, dict[str, int]] | None,
+        result: ApplyResult,
+    ) -> int | None:
+        if update.key is None or located is None:
+            return int(update.row)
+        row = located.get(update.worksheet, {}).get(update.key)
+        if row is None:
+            result.missing.append(update.key)
+        return row
+
+    def _update_requests(
+        self, changes: ChangeSet, located: dict[str, dict[str, int]] | None, result: ApplyResult
+    ) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for update in changes.updates:
+            row = self._row_for(update, located, result)
+            if row is None:
+                continue
+            if update.key is not None:
+                result.rows[update.key] = row
+            sheet = self._sheet(update.worksheet)
+            cells = {sheet.columns[n]: v for n, v in update.values.items() if n in sheet.columns}
+            for lo, hi in _runs(cells):
+                out.append(
+                    {
+                        "updateCells": {
+                            "start": {
+                                "sheetId": sheet.sheet_id,
+                                "rowIndex": row - 1,
+                                "columnIndex": lo,
+                            },
+                            "rows": [{"values": [_cell_data(cells[c]) for c in range(lo, hi + 1)]}],
+                            "fields": "userEnteredValue",
+                        }
+                    }
+                )
+        return out
+
+    def _delete_requests(
+        self, changes: ChangeSet, located: dict[str, dict[str, int]] | None, result: ApplyResult
+    ) -> list[dict[str, Any]]:
+        by_sheet: dict[str, set[int]] = {}
+        for delete in changes.deletes:
+            row = self._row_for(delete, located, result)
+            if row is not None:
+                by_sheet.setdefault(delete.worksheet, set()).add(row)
+        out: list[dict[str, Any]] = []
+        for title, rows in by_sheet.items():
+            sheet = self._sheet(title)
+            for lo, hi in reversed(_runs(rows)):
+                out.append(
+                    {
+                        "deleteDimension": {
+                            "range": {
+                                "sheetId": sheet.sheet_id,
+                                "dimension": "ROWS",
+                                "startIndex": lo - 1,
+                                "endIndex": hi,
+                            }
+                        }
+                    }
+                )
+        return out
+
+    def _append_requests(self, changes: ChangeSet) -> list[dict[str, Any]]:
+        by_sheet: dict[str, list[dict[str, Any]]] = {}
+        for append in changes.appends:
+            sheet = self._sheet(append.worksheet)
+            width = max(sheet.columns.values(), default=-1) + 1
+            cells = [{} for _ in range(width)]  # type: list[dict[str, Any]]
+            for name, value in append.values.items():
+                if name in sheet.columns:
+                    cells[sheet.columns[name]] = _cell_data(value)
+            by_sheet.setdefault(append.worksheet, []).append({"values": cells})
+        return [
+            {
+                "appendCells": {
+                    "sheetId": self._sheet(title).sheet_id,
+                    "rows": rows,
+                    "fields": "userEnteredValue",
+                }
+            }
+            for title, rows in by_sheet.items()
+        ]
+
+    def _was_applied(self, changes: ChangeSet) -> bool:
+        """After a lost reply: did the (atomic) write happen? One marker is enough."""
+        lease = changes.lease
+        if lease is not None:
+            body = self._http.request(
+                "get", self._url_for(), params={"fields": "namedRanges(namedRangeId,name)"}
+            ).json()
+            ids = {str(r.get("namedRangeId")) for r in body.get("namedRanges", []) or []}
+            if lease.token is not None:
+                return lease.token in ids
+            if lease.replaces is not None:
+                return lease.replaces not in ids
+        marker = next(
+            (
+                a
+                for a in changes.appends
+                if a.values.get("task_id") and a.worksheet != self._log_title()
+            ),
+            None,
+        )
+        if marker is not None:
+            (snap,) = self.read([Read(marker.worksheet, ("task_id",))])
+            return any(r.text("task_id") == marker.values["task_id"] for r in snap.rows)
+        log_rows = [a for a in changes.appends if a.worksheet == self._log_title()]
+        if log_rows:
+            first = log_rows[0].values
+            keys = ("ts", "task_id", "event", "run_id")
+            (snap,) = self.read([Read(log_rows[0].worksheet, keys)])
+            want = tuple(str(first.get(k, "")) for k in keys)
+            return any(tuple(r.text(k) for k in keys) == want for r in snap.rows)
+        return False  # updates only: sending them again is harmless
+
+    def _log_title(self) -> str:
+        return self._titles[1] if len(self._titles) > 1 else "QueueLog"
+
+    # --- init ---------------------------------------------------------------------
+
+    def ensure_worksheets(self, spec: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
+        """Add missing worksheets and header cells in one batchUpdate; never removes data."""
+        meta = self._call(
+            "open",
+            lambda: self._http.request(
+                "get",
+                self._url_for(),
+                params={
+                    "fields": "sheets(properties(sheetId,title,"
+                    "gridProperties(rowCount,columnCount)))",
+                },
+            ).json(),
+        )
+        existing = {s["properties"]["title"]: s["properties"] for s in meta.get("sheets", [])}
+        present = [t for t in spec if t in existing]
+        headers: dict[str, tuple[str, ...]] = {}
+        if present:
+            answers = self._batch_get([f"{quote_title(t)}!1:1" for t in present], "read")
+            headers = {t: self._header_from(a) for t, a in zip(present, answers, strict=True)}
+        requests: list[dict[str, Any]] = []
+        added: dict[str, list[str]] = {}
+        used_ids = {int(p.get("sheetId", 0)) for p in existing.values()}
+        for title, columns in spec.items():
+            header = list(headers.get(title, ()))
+            missing = [c for c in columns if c not in header]
+            if not missing:
+                continue
+            if title in existing:
+                sheet_id = int(existing[title].get("sheetId", 0))
+                col_count = int(existing[title].get("gridProperties", {}).get("columnCount", 26))
+            else:
+                sheet_id = self._rng.randrange(1, 2**31 - 1)
+                while sheet_id in used_ids:
+                    sheet_id = self._rng.randrange(1, 2**31 - 1)
+                used_ids.add(sheet_id)
+                col_count = max(26, len(columns))
+                requests.append(
+                    {
+                        "addSheet": {
+                            "properties": {
+                                "sheetId": sheet_id,
+                                "title": title,
+                                "sheetType": "GRID",
+                                "gridProperties": {
+                                    "rowCount": 1000,
+                                    "columnCount": col_count,
+                                    "frozenRowCount": 1,
+                                },
+                            }
+                        }
+                    }
+                )
+            start = len(header)
+            need = start + len(missing)
+            if need > col_count:
+                requests.append(
+                    {
+                        "appendDimension": {
+                            "sheetId": sheet_id,
+                            "dimension": "COLUMNS",
+                            "length": need - col_count,
+                        }
+                    }
+                )
+            requests.append(
+                {
+                    "updateCells": {
+                        "start": {"sheetId": sheet_id, "rowIndex": 0, "columnIndex": start},
+                        "rows": [{"values": [_cell_data(c) for c in missing]}],
+                        "fields": "userEnteredValue",
+                    }
+                }
+            )
+            added[title] = missing
+        if requests:
+            self._call("init", lambda: self._http.batch_update(self.key, {"requests": requests}))
+        return added
+
+    def format_worksheets(self, queue: str, log: str, archive: str) -> list[str]:
+        """Frozen headers, status drop-down, colours, warning-only protection, widths."""
+        from sheetq.store.google_format import format_requests
+
+        meta = self._call(
+            "open",
+            lambda: self._http.request(
+                "get",
+                self._url_for(),
+                params={
+                    "fields": "sheets(properties(sheetId,title,gridProperties),conditionalFormats,"
+                    "protectedRanges(protectedRangeId,description))",
+                },
+            ).json(),
+        )
+        info = self.open()
+        requests, lines = format_requests(meta, info, queue, log, archive)
+        if requests:
+            self._call("init", lambda: self._http.batch_update(self.key, {"requests": requests}))
+        return lines

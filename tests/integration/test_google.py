@@ -1,0 +1,368 @@
+"""The Google adapter through gspread against the loopback Sheets API emulator: request
+budgets (DESIGN.md §6), faults, a person editing mid-run, init formatting, errors."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import GoogleBook, handler_script, make_google, run_cli, write_config
+from tests.integration.test_process import assert_log_matches_queue
+
+pytestmark = pytest.mark.google
+OK = "import sys, json\nprint('ok-' + str(json.load(sys.stdin)['n']))\n"
+
+
+@pytest.fixture
+def gbook(sheets_emulator: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[GoogleBook]:
+    """An initialised spreadsheet in the emulator, counters reset."""
+    book = make_google(sheets_emulator, monkeypatch)
+    assert run_cli(["init"]).code == 0
+    sheets_emulator.reset_counts()
+    yield book
+    sheets_emulator.clear_faults()
+
+
+def _ok_config(tmp_path: Path, **extra: str) -> None:
+    lines = "".join(f"{k} = {v}\n" for k, v in extra.items())
+    write_config(f"[types.job]\ncommand = {handler_script(tmp_path, 'ok', OK)}\n{lines}")
+
+
+def _fill(n: int, task_type: str = "job") -> None:
+    text = "\n".join(json.dumps({"n": i}) for i in range(n))
+    r = run_cli(["enqueue", task_type, "--jsonl"], input=text)
+    assert r.code == 0, r.stderr
+
+
+# --- budgets ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [1, 10, 100])
+def test_process_budget_per_batch(gbook: GoogleBook, tmp_path: Path, size: int) -> None:
+    """One batch of up to 100 tasks costs at most 6 requests; each further batch at most 5;
+    the last scan that finds nothing 1."""
+    emu = gbook.emulator
+    _ok_config(tmp_path)
+    _fill(size * 3)
+    emu.reset_counts()
+    doc = run_cli(["process", "--batch-size", str(size), "--json"]).json()
+    assert doc["done"] == size
+    assert emu.count() <= 6, [r.op for r in emu.requests]
+    emu.reset_counts()
+    doc = run_cli(["process", "--batch-size", str(size), "--until-empty", "--json"]).json()
+    assert doc["batches"] == 2 and doc["done"] == 2 * size
+    assert emu.count() <= 2 + 2 * 5 - 1 + 1, [r.op for r in emu.requests]
+
+
+def test_enqueue_and_status_budgets(gbook: GoogleBook) -> None:
+    """enqueue ≤ 3 requests, enqueue --jsonl of 1,000 lines ≤ 3, status ≤ 2, an empty run ≤ 2."""
+    emu = gbook.emulator
+    assert run_cli(["enqueue", "job", '{"n": 1}']).code == 0
+    assert emu.count() <= 3
+    emu.reset_counts()
+    _fill(1000, "bulk")
+    assert emu.count() <= 3
+    assert len(gbook.records()) == 1001
+    emu.reset_counts()
+    assert run_cli(["status", "--json"]).json()["counts"]["pending"] == 1001
+    assert emu.count() <= 2
+    emu.reset_counts()
+    assert run_cli(["process", "--json"]).json()["claimed"] == 0
+    assert emu.count() <= 2
+
+
+def test_writes_are_data_never_parsed(gbook: GoogleBook) -> None:
+    """Every value is written as stringValue: a formula payload stays text in its cell."""
+    payload = {"x": '=IMPORTXML("http://x","//a")', "phone": "+380501234567", "zip": "007"}
+    r = run_cli(["enqueue", "job", json.dumps(payload), "--json", "--key", "=1+1"])
+    task = r.json()["task_id"]
+    row = gbook.row_of(task)
+    assert json.loads(row["payload_json"]) == payload
+    column = gbook.grid("Queue")[0].index("payload_json")
+    from sheetq.store.base import column_letter
+
+    cell = gbook.emulator.cell(gbook.key, "Queue", f"{column_letter(column)}{row['_row']}")
+    assert "stringValue" in cell["userEnteredValue"]
+    assert "formulaValue" not in cell["userEnteredValue"]
+    key_col = column_letter(gbook.grid("Queue")[0].index("idempotency_key"))
+    assert gbook.emulator.cell(gbook.key, "Queue", f"{key_col}{row['_row']}")[
+        "userEnteredValue"
+    ] == {"stringValue": "job:=1+1"}
+
+
+# --- faults -------------------------------------------------------------------------------
+
+
+def test_burst_of_429_and_503_during_a_run(gbook: GoogleBook, tmp_path: Path) -> None:
+    """Five 429s and a 503 during a run: it completes, no row is left processing, and the
+    log matches the queue."""
+    emu = gbook.emulator
+    _ok_config(tmp_path)
+    _fill(6)
+    emu.fail_next(429, times=3, retry_after=0.01, op="values.batchGet")
+    emu.fail_next(429, times=2, op="spreadsheets.batchUpdate")
+    emu.fail_next(503, op="spreadsheets.batchUpdate")
+    r = run_cli(["process", "--batch-size", "3", "--until-empty", "--json"])
+    assert r.code == 0, r.stderr
+    assert r.json()["done"] == 6
+    assert emu.pending_faults() == 0
+    assert all(row["status"] == "done" for row in gbook.records())
+    assert_log_matches_queue(gbook)
+
+
+def test_persistent_outage_is_a_clear_exit_1(gbook: GoogleBook, tmp_path: Path) -> None:
+    """Google answering 503 to every attempt: exit 1 with one line, no traceback."""
+    gbook.emulator.fail_next(503, times=50)
+    r = run_cli(["status"])
+    assert r.code == 1
+    lines = [line for line in r.stderr.splitlines() if line]
+    assert len(lines) == 1 and "503" in lines[0] and "attempts" in lines[0]
+
+
+@pytest.mark.parametrize("mode", ["disconnect", "503"])
+def test_lost_reply_to_enqueue_is_not_duplicated(gbook: GoogleBook, mode: str) -> None:
+    """The write was applied but its reply lost: the retry reads back and adds nothing twice."""
+    gbook.emulator.lose_reply_next(op="spreadsheets.batchUpdate", mode=mode)
+    r = run_cli(["enqueue", "job", '{"n": 1}', "--json"])
+    assert r.code == 0, r.stderr
+    assert len(gbook.records()) == 1 and len(gbook.log()) == 1
+    r = run_cli(["enqueue", "--jsonl", "job"], input='{"n": 2}\n{"n": 3}\n')
+    assert len(gbook.records()) == 1 + 2
+
+
+@pytest.mark.parametrize("which", [1, 2])
+def test_lost_reply_during_process_is_not_duplicated(
+    gbook: GoogleBook, tmp_path: Path, which: int
+) -> None:
+    """A lost reply to the claim (1st write) or the result (2nd write) duplicates no log row and
+    leaves every task done exactly once."""
+    emu = gbook.emulator
+    _ok_config(tmp_path)
+    _fill(3)
+    counter = {"n": 0}
+
+    def lose(_emu: Any) -> None:
+        counter["n"] += 1
+        if counter["n"] == which:
+            emu.lose_reply_next(op="spreadsheets.batchUpdate", mode="disconnect")
+
+    emu.before_next(lose, op="spreadsheets.batchUpdate", times=2)
+    r = run_cli(["process", "--batch-size", "5", "--json"])
+    assert r.code == 0, r.stderr
+    assert r.json()["done"] == 3
+    for row in gbook.records():
+        events = [e["event"] for e in gbook.log(row["task_id"])]
+        assert events == ["enqueued", "claimed", "done"], events
+    assert_log_matches_queue(gbook)
+
+
+def test_sort_between_claim_and_result(gbook: GoogleBook, tmp_path: Path) -> None:
+    """A person sorts the Queue by type between the claim and the result write: every result
+    lands on its own task_id."""
+    emu = gbook.emulator
+    ok = handler_script(tmp_path, "ok", OK)
+    write_config(f"[types.zeta]\ncommand = {ok}\n[types.alpha]\ncommand = {ok}\n")
+    ids = {}
+    for n, t in enumerate(["zeta", "zeta", "alpha", "zeta", "alpha", "zeta"]):
+        ids[n] = run_cli(["enqueue", t, json.dumps({"n": n}), "--json"]).json()["task_id"]
+    before = [r["task_id"] for r in gbook.records()]
+    # the 3rd batchGet of the run is the re-location read just before the result write
+    calls = {"n": 0}
+
+    def maybe_sort(_emu: Any) -> None:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            gbook.sort("Queue", "type")
+
+    emu.before_next(maybe_sort, op="values.batchGet", times=3)
+    assert run_cli(["process", "--batch-size", "10", "--json"]).json()["done"] == 6
+    assert [r["task_id"] for r in gbook.records()] != before
+    for n, task in ids.items():
+        row = gbook.row_of(task)
+        assert (row["status"], row["result"]) == ("done", f"ok-{n}"), row
+
+
+def test_rows_inserted_and_columns_moved_mid_run(gbook: GoogleBook, tmp_path: Path) -> None:
+    """A person inserting rows above and dragging a column between two requests: results still
+    land in the right row and column."""
+    emu = gbook.emulator
+    _ok_config(tmp_path)
+    _fill(4)
+    calls = {"n": 0}
+
+    def edit(_emu: Any) -> None:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            emu.insert_rows(gbook.key, "Queue", 2, count=2)
+            header = gbook.grid("Queue")[0]
+            emu.move_column(gbook.key, "Queue", header.index("result"), 0)
+
+    emu.before_next(edit, op="values.batchGet", times=3)
+    doc = run_cli(["process", "--batch-size", "10", "--json"]).json()
+    assert doc["done"] == 4
+    header = gbook.grid("Queue")[0]
+    assert header[0] == "result"
+    for row in gbook.records():
+        assert row["status"] == "done" and row["result"].startswith("ok-"), row
+
+
+def test_run_lease_is_a_named_range_compare_and_set(gbook: GoogleBook, tmp_path: Path) -> None:
+    """A live lease held by another host makes a run exit 0 with one line; an expired one is
+    replaced; the lease is released at the end of the run."""
+    from datetime import UTC, datetime, timedelta
+
+    from sheetq.runner import lease_name, lease_token
+
+    emu = gbook.emulator
+    _ok_config(tmp_path)
+    _fill(2)
+    live = lease_token(datetime.now(UTC) + timedelta(minutes=5))
+    body = {
+        "requests": [
+            {
+                "addNamedRange": {
+                    "namedRange": {
+                        "namedRangeId": live,
+                        "name": lease_name("Queue"),
+                        "range": {
+                            "sheetId": emu.sheet_id(gbook.key, "Queue"),
+                            "startRowIndex": 0,
+                            "endRowIndex": 1,
+                            "startColumnIndex": 0,
+                            "endColumnIndex": 1,
+                        },
+                    }
+                }
+            }
+        ]
+    }
+    import requests
+
+    requests.post(
+        f"{emu.base_url}/v4/spreadsheets/{gbook.key}:batchUpdate", json=body, timeout=10
+    ).raise_for_status()
+    r = run_cli(["process"])
+    assert r.code == 0 and "lease" in r.stdout and r.stdout.count("\n") == 1
+    assert all(row["status"] == "pending" for row in gbook.records())
+    later = (datetime.now(UTC) + timedelta(minutes=6)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    import os
+
+    os.environ["SHEETQ_NOW"] = later
+    try:
+        doc = run_cli(["process", "--batch-size", "5", "--json"]).json()
+    finally:
+        del os.environ["SHEETQ_NOW"]
+    assert doc["done"] == 2
+    assert [r for r in emu.named_ranges(gbook.key) if r["name"] == lease_name("Queue")] == []
+
+
+# --- errors ---------------------------------------------------------------------------------
+
+
+def test_read_only_share_wrong_key_missing_sheet(
+    gbook: GoogleBook, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read-only sharing, a wrong key, a missing worksheet: one clear line each, the right exit
+    code, nothing half-written."""
+    emu = gbook.emulator
+    emu.set_access(gbook.key, "reader")
+    r = run_cli(["enqueue", "job", '{"n": 1}'])
+    assert r.code == 1
+    assert "share it as Editor" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert gbook.records() == []
+    emu.set_access(gbook.key, "none")
+    r = run_cli(["status"])
+    assert r.code == 1 and "share it as Editor" in r.stderr
+    emu.set_access(gbook.key, "owner")
+    monkeypatch.setenv("SHEETQ_SPREADSHEET", "x" * 44)
+    r = run_cli(["status"])
+    assert r.code == 2 and "not found" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    other = make_google(emu, monkeypatch)
+    r = run_cli(["enqueue", "job", "{}"])
+    assert r.code == 2 and "sheetq init" in r.stderr
+    assert other.grid("Sheet1") == []
+    monkeypatch.setenv("SHEETQ_SPREADSHEET", "https://docs.google.com/not-a-sheet")
+    assert run_cli(["status"]).code == 2
+
+
+def test_url_form_of_spreadsheet(gbook: GoogleBook, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SHEETQ_SPREADSHEET may be the sheet's URL."""
+    monkeypatch.setenv(
+        "SHEETQ_SPREADSHEET", f"https://docs.google.com/spreadsheets/d/{gbook.key}/edit#gid=0"
+    )
+    assert run_cli(["status", "--json"]).code == 0
+
+
+# --- init -------------------------------------------------------------------------------------
+
+
+def test_init_formats_and_keeps_manager_work(
+    sheets_emulator: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """init: frozen header, status drop-down, colour rules, warning-only protection; a manager's
+    column, value and format survive; a second init adds nothing twice."""
+    emu = sheetq_emu = sheets_emulator
+    book = make_google(emu, monkeypatch)
+    emu.add_sheet(book.key, "Queue")
+    emu.set_values(
+        book.key,
+        "Queue",
+        [
+            [
+                "task_id",
+                "created_at",
+                "type",
+                "payload_json",
+                "status",
+                "retry_count",
+                "next_retry_at",
+                "last_error",
+                "idempotency_key",
+                "Notes",
+            ],
+            ["", "", "lead", '{"lead_id": "L-1"}', "done", "0", "", "", "", "VIP client"],
+        ],
+    )
+    r = run_cli(["init"])
+    assert r.code == 0, r.stderr
+    assert "adopted 1" in r.stdout
+    props = sheetq_emu.sheet_properties(book.key, "Queue")
+    assert props["gridProperties"].get("frozenRowCount") == 1
+    meta = emu.metadata(book.key)
+    queue = next(s for s in meta["sheets"] if s["properties"]["title"] == "Queue")
+    rules = queue.get("conditionalFormats", [])
+    assert len(rules) == 4
+    protected = queue.get("protectedRanges", [])
+    assert protected and all(p["warningOnly"] for p in protected)
+    status_cell = emu.cell(book.key, "Queue", "E2")
+    assert status_cell["dataValidation"]["condition"]["type"] == "ONE_OF_LIST"
+    header = book.grid("Queue")[0]
+    assert header[9] == "Notes" and header[-1] == "owner"
+    assert book.records()[0]["Notes"] == "VIP client"
+    assert book.records()[0]["idempotency_key"] == "lead:lead_id=L-1"
+    assert run_cli(["init"]).code == 0
+    meta = emu.metadata(book.key)
+    queue = next(s for s in meta["sheets"] if s["properties"]["title"] == "Queue")
+    assert len(queue.get("conditionalFormats", [])) == 4
+    assert len(queue.get("protectedRanges", [])) == len(protected)
+    assert run_cli(["init", "--no-format"]).code == 0
+
+
+def test_manager_typed_time_uses_sheet_time_zone(
+    sheets_emulator: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A next_retry_at typed by a person without offset is in the spreadsheet's time zone."""
+    book = make_google(sheets_emulator, monkeypatch, time_zone="Europe/Kyiv")
+    assert run_cli(["init"]).code == 0
+    _ok_config(tmp_path)
+    task = run_cli(["enqueue", "job", '{"n": 1}', "--json"]).json()["task_id"]
+    row = int(book.row_of(task)["_row"])
+    book.set_cell("Queue", row, "next_retry_at", "2026-01-05 11:00:00")  # 09:00 UTC in Kyiv
+    monkeypatch.setenv("SHEETQ_NOW", "2026-01-05T08:59:00Z")
+    assert run_cli(["process", "--json"]).json()["claimed"] == 0
+    monkeypatch.setenv("SHEETQ_NOW", "2026-01-05T09:00:30Z")
+    assert run_cli(["process", "--json"]).json()["done"] == 1
