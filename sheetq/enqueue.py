@@ -12,6 +12,7 @@ from typing import Any
 
 from sheetq.config import Settings
 from sheetq.idempotency import canonical_json, check_size, derive_key, payload_hash
+from sheetq.model import new_run_id
 from sheetq.queue import KEY_COLUMNS, Enqueued, NewTask, index_keys, plan_enqueue
 from sheetq.store.base import Read, Store, WorkbookInfo
 
@@ -43,7 +44,13 @@ def prepare(
 
 
 def enqueue(
-    store: Store, info: WorkbookInfo, settings: Settings, tasks: Sequence[NewTask], *, now: datetime
+    store: Store,
+    info: WorkbookInfo,
+    settings: Settings,
+    tasks: Sequence[NewTask],
+    *,
+    now: datetime,
+    run_id: str | None = None,
 ) -> list[Enqueued]:
     """Add the new tasks and log duplicates/conflicts, in one atomic write.
 
@@ -54,6 +61,8 @@ def enqueue(
         [Read(settings.queue_sheet, KEY_COLUMNS), Read(settings.archive_sheet, KEY_COLUMNS)]
     )
     known = index_keys(queue_snap.rows, archive_snap.rows)
-    results, changes = plan_enqueue(tasks, known, settings=settings, now=now)
+    results, changes = plan_enqueue(
+        tasks, known, settings=settings, now=now, run_id=run_id or new_run_id("enqueue")
+    )
     store.apply(changes, verify_rows=False)
     return results

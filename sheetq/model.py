@@ -151,6 +151,8 @@ def new_task_id() -> str:
     return "t_" + new_ulid()
 
 
-def new_run_id() -> str:
-    """A run id: ``run_`` + ULID, written as ``lease_owner`` and in QueueLog."""
-    return "run_" + new_ulid()
+def new_run_id(kind: str = "run") -> str:
+    """An id for one sheetq invocation, written in QueueLog's ``run_id`` (and, for
+    ``process``, as ``lease_owner``): ``run_`` + ULID, or ``enqueue_``/``requeue_``… + ULID,
+    so every log row says which invocation wrote it (and a lost write can be found)."""
+    return f"{kind}_{new_ulid()}"

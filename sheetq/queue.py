@@ -12,6 +12,7 @@ import random
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from datetime import datetime, timedelta, tzinfo
 from typing import Any
 
@@ -83,29 +84,81 @@ def as_int(value: CellValue) -> int:
         return 0
 
 
-@dataclass
-class QueueRow:
-    """One Queue row, parsed leniently. ``status`` is ``None`` for text sheetq does not know."""
+def _text(value: CellValue) -> str:
+    if type(value) is str:
+        return value
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
 
-    row: int
-    task_id: str
-    type: str
-    status_text: str
-    status: Status | None
-    created_at: datetime | Unparseable | None
-    retry_count: int
-    next_retry_at: datetime | Unparseable | None
-    idempotency_key: str
-    error_class: str
-    lease_owner: str
-    lease_until: datetime | Unparseable | None
-    alerted_at: str
-    owner: str
-    raw: Row
+
+class QueueRow:
+    """One Queue row, parsed leniently and lazily (a 50,000-row scan only parses what the
+    decision reads). ``status`` is ``None`` for text sheetq does not know."""
+
+    def __init__(self, raw: Row, task_id: str, status_text: str, tz: tzinfo, locale: str) -> None:
+        self.raw = raw
+        self.row = raw.number
+        self.task_id = task_id
+        self.status_text = status_text
+        self.status = Status.parse(status_text)
+        self._tz = tz
+        self._locale = locale
+
+    def _get(self, column: str) -> str:
+        return _text(self.raw.values.get(column)).strip()
+
+    def _time(self, column: str) -> datetime | Unparseable | None:
+        return parse_ts(self.raw.values.get(column), self._tz, self._locale)
+
+    @cached_property
+    def type(self) -> str:
+        return self._get("type")
+
+    @cached_property
+    def idempotency_key(self) -> str:
+        return self._get("idempotency_key")
+
+    @cached_property
+    def error_class(self) -> str:
+        return self._get("error_class").lower()
+
+    @cached_property
+    def lease_owner(self) -> str:
+        return self._get("lease_owner")
+
+    @cached_property
+    def alerted_at(self) -> str:
+        return self._get("alerted_at")
+
+    @cached_property
+    def owner(self) -> str:
+        return self._get("owner")
+
+    @cached_property
+    def retry_count(self) -> int:
+        return as_int(self.raw.values.get("retry_count"))
+
+    @cached_property
+    def created_at(self) -> datetime | Unparseable | None:
+        return self._time("created_at")
+
+    @cached_property
+    def next_retry_at(self) -> datetime | Unparseable | None:
+        return self._time("next_retry_at")
+
+    @cached_property
+    def lease_until(self) -> datetime | Unparseable | None:
+        return self._time("lease_until")
 
     @property
     def created(self) -> datetime | None:
-        return self.created_at if isinstance(self.created_at, datetime) else None
+        created = self.created_at
+        return created if isinstance(created, datetime) else None
 
     def order(self) -> tuple[Any, str]:
         """Oldest first: by ``created_at`` then ``task_id`` (ULIDs sort by time)."""
@@ -117,29 +170,10 @@ def parse_rows(rows: Iterable[Row], tz: tzinfo, locale: str) -> list[QueueRow]:
     """Parse Queue rows; rows without a ``task_id`` are not tasks and are left out."""
     out: list[QueueRow] = []
     for raw in rows:
-        task_id = raw.text("task_id").strip()
-        if not task_id:
-            continue
-        status_text = raw.text("status")
-        out.append(
-            QueueRow(
-                row=raw.number,
-                task_id=task_id,
-                type=raw.text("type").strip(),
-                status_text=status_text,
-                status=Status.parse(status_text),
-                created_at=parse_ts(raw.values.get("created_at"), tz, locale),
-                retry_count=as_int(raw.values.get("retry_count")),
-                next_retry_at=parse_ts(raw.values.get("next_retry_at"), tz, locale),
-                idempotency_key=raw.text("idempotency_key").strip(),
-                error_class=raw.text("error_class").strip().lower(),
-                lease_owner=raw.text("lease_owner").strip(),
-                lease_until=parse_ts(raw.values.get("lease_until"), tz, locale),
-                alerted_at=raw.text("alerted_at").strip(),
-                owner=raw.text("owner").strip(),
-                raw=raw,
-            )
-        )
+        values = raw.values
+        task_id = _text(values.get("task_id")).strip()
+        if task_id:
+            out.append(QueueRow(raw, task_id, _text(values.get("status")), tz, locale))
     return out
 
 
@@ -304,6 +338,8 @@ def plan_batch(
     for row in rows:
         if row.status is None:
             plan.unrecognised += 1
+            continue
+        if row.status is not Status.PROCESSING and row.status not in WAITING:
             continue
         if selected and row.type not in selected:
             continue
@@ -699,6 +735,7 @@ def plan_enqueue(
     *,
     settings: Settings,
     now: datetime,
+    run_id: str = "",
 ) -> tuple[list[Enqueued], ChangeSet]:
     """New rows for new keys; ``duplicate`` / ``conflict`` log rows for known ones (§4).
 
@@ -741,6 +778,7 @@ def plan_enqueue(
                     Status.PENDING,
                     0,
                     f"delayed until {format_ts(task.not_before)}" if task.not_before else "",
+                    run_id=run_id,
                     worksheet=settings.log_sheet,
                 )
             )
@@ -760,6 +798,7 @@ def plan_enqueue(
                     found.status,
                     0,
                     f"same key and payload enqueued again{line}{where}; nothing added",
+                    run_id=run_id,
                     worksheet=settings.log_sheet,
                 )
             )
@@ -779,6 +818,7 @@ def plan_enqueue(
                     0,
                     f"same key {task.key!r}, different payload{line}{where}: "
                     f"{task.payload_hash[:19]}… vs {found.payload_hash[:19]}…; nothing added",
+                    run_id=run_id,
                     worksheet=settings.log_sheet,
                 )
             )

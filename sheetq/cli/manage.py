@@ -107,6 +107,7 @@ def requeue(
       sheetq requeue --task t_01JDF3K4Z8Q9W2E5R7T1Y3U6I0 --reset-attempts
     """
     from sheetq.model import ErrorClass, Status
+    from sheetq.model import new_run_id
     from sheetq.queue import plan_requeue
 
     wanted = _statuses(statuses) if statuses else ([] if task_ids else [Status.FAILED])
@@ -126,6 +127,7 @@ def requeue(
             types=types or (),
             error_classes=error_classes or (),
             reset_attempts=reset_attempts,
+            run_id=new_run_id("requeue"),
         ),
         task_ids=task_ids or (),
         dry_run=dry_run,
@@ -145,12 +147,18 @@ def skip(
 
       sheetq skip --task t_01JDF3K4Z8Q9W2E5R7T1Y3U6I0 --reason "customer called, done by hand"
     """
+    from sheetq.model import new_run_id
     from sheetq.queue import plan_skip
 
     _change(
         "skip",
         lambda rows, settings, now: plan_skip(
-            rows, settings=settings, now=now, task_ids=task_ids, reason=reason
+            rows,
+            settings=settings,
+            now=now,
+            task_ids=task_ids,
+            reason=reason,
+            run_id=new_run_id("skip"),
         ),
         task_ids=task_ids,
         dry_run=dry_run,

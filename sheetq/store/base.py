@@ -22,6 +22,14 @@ from sheetq.errors import SchemaError
 CellValue = str | int | float | bool | None
 
 
+class Formula(str):
+    """A cell written as a spreadsheet formula (``formulaValue``). Everything else sheetq
+    writes is data; only the Dashboard (`sheetq init --dashboard`) writes formulas. The
+    local backend, which has no formula engine, stores the formula text."""
+
+    __slots__ = ()
+
+
 def column_letter(index: int) -> str:
     """0 → ``A``, 25 → ``Z``, 26 → ``AA``."""
     letters = ""

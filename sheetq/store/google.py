@@ -43,6 +43,7 @@ from sheetq.store.base import (
     ApplyResult,
     CellValue,
     ChangeSet,
+    Formula,
     Read,
     Row,
     SheetInfo,
@@ -185,6 +186,8 @@ def _cell_data(value: CellValue) -> dict[str, Any]:
     """A value as ``CellData``: text is ``stringValue`` (never parsed), numbers ``numberValue``."""
     if value is None or value == "":
         return {}
+    if isinstance(value, Formula):
+        return {"userEnteredValue": {"formulaValue": str(value)}}
     if isinstance(value, bool):
         return {"userEnteredValue": {"boolValue": value}}
     if isinstance(value, int | float):

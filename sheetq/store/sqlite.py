@@ -283,10 +283,8 @@ class SqliteStore:
                 records += self._db.execute(
                     f"SELECT {select} FROM ws_{sheet_id} WHERE r IN ({marks}) ORDER BY r", chunk
                 ).fetchall()
-        rows = [
-            Row(rec[0], {c: _cell(v) for c, v in zip(wanted, rec[1:], strict=True)})
-            for rec in records
-        ]
+        # SQLite gives back str, int, float or None as stored (never bytes: sheetq writes none)
+        rows = [Row(rec[0], dict(zip(wanted, rec[1:], strict=True))) for rec in records]
         return Snapshot(read.worksheet, header, rows)
 
     def _locate(
