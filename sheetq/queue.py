@@ -12,8 +12,8 @@ import random
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
 from datetime import datetime, timedelta, tzinfo
+from functools import cached_property
 from typing import Any
 
 from sheetq.config import Settings, TypeConfig

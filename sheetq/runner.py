@@ -21,6 +21,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from sheetq.alerts.owed import FRESH_POSITIONS, AlertItem, Notifier, mark_alerted
+from sheetq.alerts.owed import owed as owed_alerts
 from sheetq.clock import Clock
 from sheetq.config import Settings, TypeConfig
 from sheetq.errors import LeaseConflict, StoreError
@@ -52,31 +54,6 @@ class RunOptions:
     max_runtime: float | None = None  # seconds; no new batch is claimed after it
     types: Sequence[str] = ()
     dry_run: bool = False
-
-
-@dataclass
-class AlertItem:
-    """One owed failure alert."""
-
-    task_id: str
-    type: str
-    error_class: str
-    attempts: int
-    error: str
-    row: int
-    owner: str = ""
-    link: str = ""
-
-
-@dataclass
-class AlertReport:
-    """What the notifier did: ``covered`` task ids are to be marked ``alerted_at``."""
-
-    covered: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-
-Notifier = Callable[[list[AlertItem], WorkbookInfo], AlertReport]
 
 
 @dataclass
@@ -208,6 +185,8 @@ class Runner:
         self._last_start: dict[str, float] = {}
         self._failures: dict[str, AlertItem] = {}
         self._started = 0.0
+        self._located_at = 0.0  # monotonic time row positions were last read
+        self._positions: dict[str, int] = {}  # task_id → row, when known fresher than a scan
 
     # --- the run ---------------------------------------------------------------
 
@@ -294,6 +273,8 @@ class Runner:
 
     def _scan(self) -> list[QueueRow]:
         (snap,) = self.store.read([Read(self.settings.queue_sheet, SCAN_COLUMNS)])
+        self._located_at = self.clock.monotonic()
+        self._positions = {}
         return parse_rows(snap.rows, self._tz, self.info.locale)
 
     def _dry_run(self, plan: BatchPlan) -> None:
@@ -428,6 +409,10 @@ class Runner:
         for key, number in applied.rows.items():
             if key in self._failures:
                 self._failures[key].row = number
+        located = applied.positions.get(self.settings.queue_sheet)
+        if located:
+            self._positions = located
+            self._located_at = self.clock.monotonic()
         for key in applied.missing:
             self._note(f"{key}: row deleted by a person before its result was written")
         return ran_any
@@ -587,31 +572,14 @@ class Runner:
 
     def owed(self, rows: Sequence[QueueRow]) -> list[AlertItem]:
         """Owed alerts: failed rows of the last scan without ``alerted_at``, and this run's
-        failures."""
-        items: dict[str, AlertItem] = {}
-        for row in rows:
-            if row.status is Status.FAILED and not row.alerted_at:
-                items[row.task_id] = AlertItem(
-                    task_id=row.task_id,
-                    type=row.type,
-                    error_class=row.error_class,
-                    attempts=row.retry_count,
-                    error=row.raw.text("last_error"),
-                    row=row.row,
-                    owner=row.owner,
-                )
-        by_id = {r.task_id: r for r in rows}
-        for task_id, item in self._failures.items():
-            if not item.type and task_id in by_id:
-                item.type = by_id[task_id].type
-                item.owner = item.owner or by_id[task_id].owner
-            items[task_id] = item
-        for item in items.values():
+        failures (see ``sheetq.alerts.owed``)."""
+        items = owed_alerts(rows, link=lambda row, task_id: "", failures=self._failures)
+        for item in items:
+            item.row = self._positions.get(item.task_id, item.row)
             item.link = self.store.link(
                 self.info, self.settings.queue_sheet, item.row, item.task_id
             )
-        # auth failures first: they need a person to fix credentials
-        return sorted(items.values(), key=lambda i: (i.error_class != ErrorClass.AUTH, i.task_id))
+        return items
 
     def _alerts(self, rows: Sequence[QueueRow]) -> None:
         owed = self.owed(rows)
@@ -622,48 +590,22 @@ class Runner:
         self.summary.notes.extend(report.notes)
         if not report.covered:
             return
-        self.summary.alerts_sent = len(report.covered)
-        self.summary.alerts_owed = len(owed) - len(report.covered)
+        covered = set(report.covered)
+        self.summary.alerts_sent = len(covered)
+        self.summary.alerts_owed = len(owed) - len(covered)
         changes = mark_alerted(
-            [i for i in owed if i.task_id in set(report.covered)],
+            [i for i in owed if i.task_id in covered],
             settings=self.settings,
             now=self.clock.now(),
             run_id=self.run_id,
         )
+        # Row positions are trusted only if read moments ago (the 1-request budget of §6);
+        # a slow send (429 waits) re-reads them first, so a sort cannot misplace alerted_at.
+        fresh = self.clock.monotonic() - self._located_at <= FRESH_POSITIONS
         try:
-            self.store.apply(changes, verify_rows=False)
+            self.store.apply(changes, verify_rows=not fresh)
         except StoreError as exc:
             self._note(f"alert sent but alerted_at not written ({exc}); it may be sent again")
-
-
-def mark_alerted(
-    items: Sequence[AlertItem], *, settings: Settings, now: datetime, run_id: str
-) -> ChangeSet:
-    """``alerted_at`` for every row a message covered, and an ``alerted`` log row each."""
-    from sheetq.queue import log_row
-    from sheetq.store.base import UpdateRow
-    from sheetq.times import format_ts
-
-    changes = ChangeSet()
-    stamp = format_ts(now)
-    for item in items:
-        changes.updates.append(
-            UpdateRow(settings.queue_sheet, item.task_id, item.row, {"alerted_at": stamp})
-        )
-        changes.appends.append(
-            log_row(
-                now,
-                item.task_id,
-                item.type,
-                Event.ALERTED,
-                Status.FAILED,
-                item.attempts,
-                "failure alert sent",
-                run_id,
-                worksheet=settings.log_sheet,
-            )
-        )
-    return changes
 
 
 def summary_line(summary: RunSummary) -> str:

@@ -27,7 +27,7 @@ from sheetq.errors import ConfigError
 from sheetq.redact import redact, shorten
 
 if TYPE_CHECKING:
-    from sheetq.runner import AlertItem
+    from sheetq.alerts.owed import AlertItem
 
 MAX_CHARS = 4096  # Telegram's limit for one message, in code points after markup
 HTML_ERROR_CHARS = 300  # per row, before escaping
@@ -39,8 +39,11 @@ _REQUIRED = ("header", "row")
 _COMMON = ("count", "tasks", "queue", "spreadsheet", "auth_count", "auth_tasks", "auth_types")
 _ROW = ("task_id", "type", "error_class", "attempts", "error", "owner", "row", "link")
 _ALLOWED = {
-    "header": set(_COMMON), "auth": set(_COMMON), "footer": set(_COMMON),
-    "more": {*_COMMON, "more"}, "row": {*_COMMON, *_ROW},
+    "header": set(_COMMON),
+    "auth": set(_COMMON),
+    "footer": set(_COMMON),
+    "more": {*_COMMON, "more"},
+    "row": {*_COMMON, *_ROW},
 }
 _SECTION_LINE = re.compile(r"^\[(header|auth|row|more|footer)\]\s*$")
 _TAG = re.compile(r"<[^<>]*>")
@@ -93,14 +96,17 @@ def parse_template(text: str, source: str = "default") -> AlertTemplate:
         if match:
             current = match.group(1)
             if current in sections:
-                raise TemplateError(f"alert template {source}: line {number}: [{current}] "
-                                    "appears twice")
+                raise TemplateError(
+                    f"alert template {source}: line {number}: [{current}] appears twice"
+                )
             sections[current] = []
             continue
         if current is None:
             if line.strip():
-                raise TemplateError(f"alert template {source}: line {number}: text before "
-                                    "the first section; start with [header]")
+                raise TemplateError(
+                    f"alert template {source}: line {number}: text before "
+                    "the first section; start with [header]"
+                )
             continue
         sections[current].append(line)
     joined = {name: "\n".join(lines).rstrip() for name, lines in sections.items()}
@@ -110,13 +116,17 @@ def parse_template(text: str, source: str = "default") -> AlertTemplate:
     for name, body in joined.items():
         tpl = string.Template(body)
         if not tpl.is_valid():
-            raise TemplateError(f"alert template {source}: [{name}]: a '$' that is not a "
-                                "placeholder (write $$ for a literal $)")
+            raise TemplateError(
+                f"alert template {source}: [{name}]: a '$' that is not a "
+                "placeholder (write $$ for a literal $)"
+            )
         unknown = sorted(set(tpl.get_identifiers()) - _ALLOWED[name])
         if unknown:
-            raise TemplateError(f"alert template {source}: [{name}]: unknown placeholder(s) "
-                                f"{', '.join('$' + u for u in unknown)}; allowed: "
-                                f"{', '.join('$' + a for a in sorted(_ALLOWED[name]))}")
+            raise TemplateError(
+                f"alert template {source}: [{name}]: unknown placeholder(s) "
+                f"{', '.join('$' + u for u in unknown)}; allowed: "
+                f"{', '.join('$' + a for a in sorted(_ALLOWED[name]))}"
+            )
     return AlertTemplate(joined, source)
 
 
@@ -155,8 +165,9 @@ def _is_url(link: str) -> bool:
     return link.startswith(("https://", "http://")) and len(link) <= 2000 and " " not in link
 
 
-def _row_values(item: AlertItem, *, error_chars: int, secrets: Sequence[str],
-                as_html: bool) -> dict[str, str]:
+def _row_values(
+    item: AlertItem, *, error_chars: int, secrets: Sequence[str], as_html: bool
+) -> dict[str, str]:
     esc: Callable[[str], str] = html.escape if as_html else (lambda s: s)
     raw = {
         "task_id": _clean(item.task_id, 60, secrets),
@@ -170,8 +181,9 @@ def _row_values(item: AlertItem, *, error_chars: int, secrets: Sequence[str],
     values = {name: esc(value) for name, value in raw.items()}
     link = redact(item.link or "", secrets=secrets)
     if _is_url(link):
-        values["link"] = (f'<a href="{html.escape(link)}">open row {item.row}</a>'
-                          if as_html else link)
+        values["link"] = (
+            f'<a href="{html.escape(link)}">open row {item.row}</a>' if as_html else link
+        )
     elif link and link != item.task_id:
         values["link"] = esc(_clean(link, 200, secrets))
     else:
@@ -179,8 +191,9 @@ def _row_values(item: AlertItem, *, error_chars: int, secrets: Sequence[str],
     return values
 
 
-def _common(items: Sequence[AlertItem], queue: str, spreadsheet: str,
-            secrets: Sequence[str], as_html: bool) -> dict[str, str]:
+def _common(
+    items: Sequence[AlertItem], queue: str, spreadsheet: str, secrets: Sequence[str], as_html: bool
+) -> dict[str, str]:
     esc: Callable[[str], str] = html.escape if as_html else (lambda s: s)
     auth = [i for i in items if i.error_class == AUTH]
     types = sorted({i.type for i in auth if i.type})
@@ -214,9 +227,16 @@ def _render(body: str, values: Mapping[str, str]) -> str:
     return "\n".join(lines)
 
 
-def _compose(tpl: AlertTemplate, items: Sequence[AlertItem], common: Mapping[str, str],
-             rows: Sequence[Mapping[str, str]], as_html: bool, limit: int) -> tuple[str, int]:
+def _compose(
+    tpl: AlertTemplate,
+    items: Sequence[AlertItem],
+    common: Mapping[str, str],
+    rows: Sequence[Mapping[str, str]],
+    as_html: bool,
+    limit: int,
+) -> tuple[str, int]:
     """The message text and how many rows it lists (the rest go to ``[more]``)."""
+
     def section(name: str) -> str:
         body = tpl.sections.get(name, "")
         return _plain_section(body) if not as_html and body else body
@@ -242,8 +262,11 @@ def _compose(tpl: AlertTemplate, items: Sequence[AlertItem], common: Mapping[str
         listed.append(candidate[-1])
     message = text([*head, *listed, more(len(rows) - len(listed)), footer])
     if len(message) > limit or not message:  # a template too long to hold even the summary
-        message = shorten(f"sheetq: {common['tasks']} failed in {common['queue']}; "
-                          "see the sheet (the alert template is too long)", limit)
+        message = shorten(
+            f"sheetq: {common['tasks']} failed in {common['queue']}; "
+            "see the sheet (the alert template is too long)",
+            limit,
+        )
         return message, 0
     return message, len(listed)
 
@@ -268,18 +291,22 @@ def build_message(
     parts = []
     for as_html, chars in ((True, HTML_ERROR_CHARS), (False, PLAIN_ERROR_CHARS)):
         common = _common(ordered, queue, spreadsheet, secrets, as_html)
-        rows = [_row_values(i, error_chars=chars, secrets=secrets, as_html=as_html)
-                for i in ordered]
+        rows = [
+            _row_values(i, error_chars=chars, secrets=secrets, as_html=as_html) for i in ordered
+        ]
         parts.append(_compose(tpl, ordered, common, rows, as_html, limit))
     (html_text, listed), (plain_text, _) = parts
-    return AlertMessage(html=html_text, plain=plain_text,
-                        covered=[i.task_id for i in ordered], listed=listed)
+    return AlertMessage(
+        html=html_text, plain=plain_text, covered=[i.task_id for i in ordered], listed=listed
+    )
 
 
 def probe_message(*, host: str, queue: str, secrets: Sequence[str] = ()) -> AlertMessage:
     """The short message ``sheetq alert --test`` sends (HTML and plain)."""
     where = _clean(f"{host}, queue {queue}", 200, secrets)
     plain = f"sheetq test alert from {where}: failure alerts will arrive in this chat."
-    text = (f"✅ <b>sheetq test alert</b> from {html.escape(where)}: failure alerts will "
-            "arrive in this chat.")
+    text = (
+        f"✅ <b>sheetq test alert</b> from {html.escape(where)}: failure alerts will "
+        "arrive in this chat."
+    )
     return AlertMessage(html=text, plain=plain, covered=[], listed=0)

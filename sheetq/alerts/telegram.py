@@ -31,6 +31,7 @@ import asyncio
 import ipaddress
 import logging
 import os
+import re
 import urllib.parse
 import warnings
 from collections.abc import Awaitable, Callable, Iterator
@@ -39,15 +40,22 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from sheetq.config import TelegramSettings
-from sheetq.redact import redact
+from sheetq.redact import redact, shorten
 
 log = logging.getLogger("sheetq.alerts")
 
 MAX_FLOOD_WAIT = 30.0  # seconds of 429 waiting allowed in one run (DESIGN.md §9)
 DEFAULT_TIMEOUT = 10.0  # seconds; SHEETQ_TELEGRAM_TIMEOUT
 TIMEOUT_ENV = "SHEETQ_TELEGRAM_TIMEOUT"
-_LEAKY_LOGGERS = ("httpx", "httpcore", "telegram", "telegram.Bot", "telegram.request.BaseRequest",
-                  "telegram.request.HTTPXRequest")
+_LEAKY_LOGGERS = (
+    "httpx",
+    "httpcore",
+    "telegram",
+    "telegram.Bot",
+    "telegram.request.BaseRequest",
+    "telegram.request.HTTPXRequest",
+)
+_BODY_DUMP = re.compile(r"\. Parsing the server response .* failed$", re.S)
 T = TypeVar("T")
 
 
@@ -91,17 +99,17 @@ class Timeouts:
             seconds = DEFAULT_TIMEOUT
         if not seconds > 0:
             seconds = DEFAULT_TIMEOUT
-        return cls(connect=min(5.0, seconds), read=seconds,
-                   deadline=MAX_FLOOD_WAIT + 3 * seconds)
+        return cls(connect=min(5.0, seconds), read=seconds, deadline=MAX_FLOOD_WAIT + 3 * seconds)
 
 
 def secret_list(settings: TelegramSettings) -> list[str]:
     return [settings.token] if settings.token else []
 
 
-def clean(text: str, settings: TelegramSettings) -> str:
-    """``text`` with the token (and anything that looks like a secret) masked."""
-    return redact(str(text), secrets=secret_list(settings))
+def clean(text: str, settings: TelegramSettings, limit: int = 300) -> str:
+    """``text`` on one line, at most ``limit`` characters, the token (and anything that
+    looks like a secret) masked."""
+    return shorten(" ".join(redact(str(text), secrets=secret_list(settings)).split()), limit)
 
 
 def _seconds(value: Any) -> float:
@@ -133,14 +141,15 @@ class _MaskToken(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         try:
             message = record.getMessage()
-        except Exception:  # noqa: BLE001 - a broken record must not break the send
+        except Exception:  # a broken record must not break the send
             message = str(record.msg)
         record.msg, record.args = redact(message, secrets=self.secrets), None
         if record.exc_info:
             import traceback
 
-            record.exc_text = redact("".join(traceback.format_exception(*record.exc_info)),
-                                     secrets=self.secrets)
+            record.exc_text = redact(
+                "".join(traceback.format_exception(*record.exc_info)), secrets=self.secrets
+            )
             record.exc_info = None
         return True
 
@@ -163,13 +172,15 @@ def _guarded(settings: TelegramSettings) -> Iterator[None]:
             logger.removeFilter(mask)
 
 
-def run_with_bot(settings: TelegramSettings, timeouts: Timeouts,
-                 body: Callable[[Any, Any], Awaitable[T]]) -> T:
+def run_with_bot(
+    settings: TelegramSettings, timeouts: Timeouts, body: Callable[[Any, Any], Awaitable[T]]
+) -> T:
     """Run ``body(bot, telegram_error_module)`` in a fresh event loop with an open client.
 
     Raises ``TimeoutError`` past ``timeouts.deadline``, ``ImportError`` without PTB, and
     whatever ``body`` raises.
     """
+
     async def main() -> T:
         from telegram import Bot
         from telegram import error as tg
@@ -178,12 +189,21 @@ def run_with_bot(settings: TelegramSettings, timeouts: Timeouts,
         kwargs: dict[str, Any] = {}
         if _is_loopback(settings.api_url):  # a local Bot API server or a test fake:
             kwargs["httpx_kwargs"] = {"trust_env": False}  # never through a proxy
-        req = HTTPXRequest(connection_pool_size=2, connect_timeout=timeouts.connect,
-                           read_timeout=timeouts.read, write_timeout=timeouts.read,
-                           pool_timeout=timeouts.connect, **kwargs)
-        bot = Bot(settings.token, base_url=f"{settings.api_url}/bot",
-                  base_file_url=f"{settings.api_url}/file/bot", request=req,
-                  get_updates_request=req)
+        req = HTTPXRequest(
+            connection_pool_size=2,
+            connect_timeout=timeouts.connect,
+            read_timeout=timeouts.read,
+            write_timeout=timeouts.read,
+            pool_timeout=timeouts.connect,
+            **kwargs,
+        )
+        bot = Bot(
+            settings.token,
+            base_url=f"{settings.api_url}/bot",
+            base_file_url=f"{settings.api_url}/file/bot",
+            request=req,
+            get_updates_request=req,
+        )
         async with req:
             return await asyncio.wait_for(body(bot, tg), timeouts.deadline)
 
@@ -191,8 +211,9 @@ def run_with_bot(settings: TelegramSettings, timeouts: Timeouts,
         return asyncio.run(main())
 
 
-def send_message(settings: TelegramSettings, html_text: str, plain_text: str,
-                 *, timeouts: Timeouts | None = None) -> Delivery:
+def send_message(
+    settings: TelegramSettings, html_text: str, plain_text: str, *, timeouts: Timeouts | None = None
+) -> Delivery:
     """Send one message (HTML, falling back to ``plain_text``) following the module policy.
 
     Never raises: every failure is a ``Delivery`` with ``sent=False`` and a note.
@@ -209,15 +230,24 @@ def send_message(settings: TelegramSettings, html_text: str, plain_text: str,
         return run_with_bot(settings, timeouts, body)
     except TimeoutError:
         result.problem = "network"
-        result.notes.append(f"Telegram did not answer within {timeouts.deadline:g}s; the "
-                            "alerts stay owed for the next run")
+        result.notes.append(
+            f"Telegram did not answer within {timeouts.deadline:g}s; the "
+            "alerts stay owed for the next run"
+        )
     except ImportError as exc:
         result.problem = "error"
-        result.notes.append(f"cannot send alerts: python-telegram-bot is not installed ({exc.name})")
-    except Exception as exc:  # noqa: BLE001 - an alert failure must never break the run
+        result.notes.append(
+            f"cannot send alerts: python-telegram-bot is not installed ({exc.name})"
+        )
+    except Exception as exc:  # an alert failure must never break the run
         result.problem = "error"
-        result.notes.append(clean(f"alert not sent ({type(exc).__name__}: {exc}); the alerts "
-                                  "stay owed for the next run", settings))
+        result.notes.append(
+            clean(
+                f"alert not sent ({type(exc).__name__}: {exc}); the alerts "
+                "stay owed for the next run",
+                settings,
+            )
+        )
     return result
 
 
@@ -228,31 +258,46 @@ def _thread_id(settings: TelegramSettings, result: Delivery) -> int | None:
     try:
         value = int(raw)
     except ValueError:
-        result.notes.append(f"TELEGRAM_THREAD_ID {raw!r} is not a number; sent to the chat "
-                            "without a topic")
+        result.notes.append(
+            f"TELEGRAM_THREAD_ID {raw!r} is not a number; sent to the chat without a topic"
+        )
         return None
     return None if value == 1 else value  # 1 is the General topic: addressed by omitting it
 
 
-async def _send(bot: Any, tg: Any, settings: TelegramSettings, html_text: str,
-                plain_text: str, timeouts: Timeouts, result: Delivery) -> Delivery:
+async def _send(
+    bot: Any,
+    tg: Any,
+    settings: TelegramSettings,
+    html_text: str,
+    plain_text: str,
+    timeouts: Timeouts,
+    result: Delivery,
+) -> Delivery:
     from telegram import LinkPreviewOptions
 
     chat_id: int | str = settings.chat_id
     thread = _thread_id(settings, result)
-    text, mode = html_text, "HTML"
+    text: str = html_text
+    mode: str | None = "HTML"
     owed = "the alerts stay owed for the next run"
     for _attempt in range(8):
         try:
             message = await bot.send_message(
-                chat_id=chat_id, text=text, parse_mode=mode, message_thread_id=thread,
-                link_preview_options=LinkPreviewOptions(is_disabled=True))
+                chat_id=chat_id,
+                text=text,
+                parse_mode=mode,
+                message_thread_id=thread,
+                link_preview_options=LinkPreviewOptions(is_disabled=True),
+            )
         except tg.RetryAfter as exc:
             wait = _retry_after(exc)
             if result.waited + wait >= MAX_FLOOD_WAIT or wait >= timeouts.deadline:
                 result.problem = "flood"
-                result.notes.append(f"Telegram flood control: retry after {wait:g}s, more than "
-                                    f"the {MAX_FLOOD_WAIT:g}s a run may wait; {owed}")
+                result.notes.append(
+                    f"Telegram flood control: retry after {wait:g}s, more than "
+                    f"the {MAX_FLOOD_WAIT:g}s a run may wait; {owed}"
+                )
                 return result
             log.info("Telegram flood control: waiting %gs", wait)
             result.waited += wait
@@ -267,47 +312,60 @@ async def _send(bot: Any, tg: Any, settings: TelegramSettings, html_text: str,
             result.notes.append(
                 f"the Telegram group {settings.chat_id} was upgraded to a supergroup with id "
                 f"{exc.new_chat_id}: set TELEGRAM_CHAT_ID={exc.new_chat_id} (the alert is sent "
-                "there meanwhile)")
+                "there meanwhile)"
+            )
             chat_id = int(exc.new_chat_id)
             continue
         except tg.TimedOut:
             result.problem = "network"
-            result.notes.append(f"Telegram did not answer within {timeouts.read:g}s; {owed} "
-                                "(the message may have arrived; then it comes twice)")
+            result.notes.append(
+                f"Telegram did not answer within {timeouts.read:g}s; {owed} "
+                "(the message may have arrived; then it comes twice)"
+            )
             return result
         except tg.BadRequest as exc:
             reason = clean(exc.message, settings)
             if "thread not found" in reason.lower() and thread is not None:
-                result.notes.append(f"Telegram topic {thread} not found: sent to the chat "
-                                    "without a topic; check TELEGRAM_THREAD_ID")
+                result.notes.append(
+                    f"Telegram topic {thread} not found: sent to the chat "
+                    "without a topic; check TELEGRAM_THREAD_ID"
+                )
                 thread = None
                 continue
             if mode is not None:
-                result.notes.append(f"Telegram refused the alert message ({reason}); re-sent "
-                                    "as plain text")
+                result.notes.append(
+                    f"Telegram refused the alert message ({reason}); re-sent as plain text"
+                )
                 text, mode, result.plain = plain_text, None, True
                 continue
             result.problem = "rejected"
-            result.notes.append(f"Telegram refused the alert message ({reason}); "
-                                f"check TELEGRAM_CHAT_ID={settings.chat_id}; {owed}")
+            result.notes.append(
+                f"Telegram refused the alert message ({reason}); "
+                f"check TELEGRAM_CHAT_ID={settings.chat_id}; {owed}"
+            )
             return result
         except tg.Forbidden as exc:
             result.problem = "forbidden"
             result.notes.append(
                 f"Telegram refused to post to chat {chat_id} ({clean(exc.message, settings)}): "
                 f"add the bot to the chat (or unblock it / press Start in a private chat) and "
-                f"check TELEGRAM_CHAT_ID; {owed}")
+                f"check TELEGRAM_CHAT_ID; {owed}"
+            )
             return result
         except tg.InvalidToken as exc:
             result.problem = "token"
             result.notes.append(
                 f"Telegram rejected the bot token ({clean(exc.message, settings)}): set "
                 "TELEGRAM_BOT_TOKEN to the token @BotFather gave (and check "
-                f"SHEETQ_TELEGRAM_API_URL={settings.api_url}); {owed}")
+                f"SHEETQ_TELEGRAM_API_URL={settings.api_url}); {owed}"
+            )
             return result
         except tg.NetworkError as exc:  # after its subclasses BadRequest and TimedOut
             result.problem = "network"
-            result.notes.append(f"Telegram unreachable ({clean(exc.message, settings)}); {owed}")
+            reason = _BODY_DUMP.sub("", str(exc.message))  # "Bad Gateway (502)"
+            result.notes.append(
+                f"Telegram unreachable or failing ({clean(reason, settings)}); {owed}"
+            )
             return result
         result.sent, result.problem = True, ""
         result.message_id = int(message.message_id)

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-import typer
-
 from sheetq.errors import SheetqError
 
 

@@ -106,8 +106,7 @@ def requeue(
 
       sheetq requeue --task t_01JDF3K4Z8Q9W2E5R7T1Y3U6I0 --reset-attempts
     """
-    from sheetq.model import ErrorClass, Status
-    from sheetq.model import new_run_id
+    from sheetq.model import ErrorClass, Status, new_run_id
     from sheetq.queue import plan_requeue
 
     wanted = _statuses(statuses) if statuses else ([] if task_ids else [Status.FAILED])

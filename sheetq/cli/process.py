@@ -99,9 +99,11 @@ def process(
         else None,
     )
     summary = runner.run(options)
-    if not quiet:
+    undelivered = notifier is not None and summary.alerts_owed > 0
+    if not quiet or undelivered:  # -q still reports alerts Telegram did not take
         for note in summary.notes:
             warn(note)
+    if not quiet:
         if not dry_run and not settings.telegram.enabled and not summary.locked:
             missing = "TELEGRAM_BOT_TOKEN" if not settings.telegram.token else "TELEGRAM_CHAT_ID"
             warn(f"alerts are off: {missing} is not set; failed rows stay owed in the sheet")

@@ -187,10 +187,13 @@ class ChangeSet:
 @dataclass
 class ApplyResult:
     """``missing``: keys of updates/deletes whose row was gone (a person deleted it);
-    ``rows``: key → the row an update was written to."""
+    ``rows``: key → the row an update was written to; ``positions``: when the adapter read
+    every key of a worksheet to re-locate rows, key → row for all of them (worksheet →
+    map), so the caller knows where every task is now."""
 
     missing: list[str] = field(default_factory=list)
     rows: dict[str, int] = field(default_factory=dict)
+    positions: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 class Store(Protocol):

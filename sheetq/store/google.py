@@ -534,6 +534,8 @@ class GoogleStore:
         if not changes:
             return result
         located = self._locate(changes, result) if verify_rows else None
+        if located:
+            result.positions = located
         lease = self._lease_requests(changes)
         requests = lease + self._update_requests(changes, located, result)
         requests += self._delete_requests(changes, located, result)

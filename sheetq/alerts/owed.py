@@ -1,0 +1,112 @@
+"""Owed alerts as data: which failures a person has not been told about yet, and the
+change that records that they were (DESIGN.md §9).
+
+A ``failed`` row with an empty ``alerted_at`` owes an alert: failed by ``process``, by
+expiry, or typed by a person. After a message covering it was accepted by Telegram,
+``alerted_at`` is written and an ``alerted`` QueueLog row appended, in one atomic change.
+No I/O here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sheetq.config import Settings
+from sheetq.model import ErrorClass, Event, Status
+from sheetq.queue import QueueRow, log_row
+from sheetq.store.base import ChangeSet, UpdateRow, WorkbookInfo
+from sheetq.times import format_ts
+
+# Row positions older than this (seconds) are re-read before alerted_at is written: a
+# person may have sorted the sheet while the message was being sent.
+FRESH_POSITIONS = 2.0
+
+
+@dataclass
+class AlertItem:
+    """One owed failure alert. ``row`` is where the task was last seen; ``link`` where a
+    person finds it (a URL for Google, the task id for local)."""
+
+    task_id: str
+    type: str
+    error_class: str
+    attempts: int
+    error: str
+    row: int
+    owner: str = ""
+    link: str = ""
+
+
+@dataclass
+class AlertReport:
+    """What the notifier did: ``covered`` task ids are to be marked ``alerted_at``."""
+
+    covered: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+Notifier = Callable[[list[AlertItem], WorkbookInfo], AlertReport]
+
+
+def owed(
+    rows: Iterable[QueueRow],
+    *,
+    link: Callable[[int, str], str],
+    failures: Mapping[str, AlertItem] | None = None,
+) -> list[AlertItem]:
+    """Owed alerts: ``failed`` rows of a scan without ``alerted_at`` (``rows`` must come from
+    a scan with ``queue.SCAN_COLUMNS``, which includes ``last_error``), plus ``failures``
+    recorded since that scan. Auth failures first: they need a person to fix credentials.
+    ``link(row, task_id)`` makes each item's link."""
+    items: dict[str, AlertItem] = {}
+    by_id: dict[str, QueueRow] = {}
+    for row in rows:
+        by_id[row.task_id] = row
+        if row.status is Status.FAILED and not row.alerted_at:
+            items[row.task_id] = AlertItem(
+                task_id=row.task_id,
+                type=row.type,
+                error_class=row.error_class,
+                attempts=row.retry_count,
+                error=row.raw.text("last_error"),
+                row=row.row,
+                owner=row.owner,
+            )
+    for task_id, item in (failures or {}).items():
+        seen = by_id.get(task_id)
+        if seen is not None:
+            item.type = item.type or seen.type
+            item.owner = item.owner or seen.owner
+            item.attempts = item.attempts or seen.retry_count
+        items[task_id] = item
+    for item in items.values():
+        item.link = link(item.row, item.task_id)
+    return sorted(items.values(), key=lambda i: (i.error_class != ErrorClass.AUTH, i.task_id))
+
+
+def mark_alerted(
+    items: Sequence[AlertItem], *, settings: Settings, now: datetime, run_id: str
+) -> ChangeSet:
+    """``alerted_at`` for every row a message covered, and an ``alerted`` log row each."""
+    changes = ChangeSet()
+    stamp = format_ts(now)
+    for item in items:
+        changes.updates.append(
+            UpdateRow(settings.queue_sheet, item.task_id, item.row, {"alerted_at": stamp})
+        )
+        changes.appends.append(
+            log_row(
+                now,
+                item.task_id,
+                item.type,
+                Event.ALERTED,
+                Status.FAILED,
+                item.attempts,
+                "failure alert sent",
+                run_id,
+                worksheet=settings.log_sheet,
+            )
+        )
+    return changes
