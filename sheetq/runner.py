@@ -255,7 +255,7 @@ class Runner:
                 return
             if not plan.claims:
                 break
-            ran_any = self._work(plan)
+            ran_any = self._work(plan, options)
             if not ran_any:
                 break
         self._alerts(last_rows)
@@ -380,7 +380,7 @@ class Runner:
                 self._note(f"{claim.row.task_id}: row vanished after the claim; left alone")
         return keep, give_back
 
-    def _work(self, plan: BatchPlan) -> bool:
+    def _work(self, plan: BatchPlan, options: RunOptions) -> bool:
         keep, give_back = self._read_back(plan)
         results = ChangeSet()
         ran_any = False
@@ -389,7 +389,7 @@ class Runner:
             results.extend(self._release(claim, "row moved between claim and read-back"))
         for claim, row in keep:
             config = self.settings.type_config(claim.row.type)
-            reason = self._cannot_start(claim, config, plan.lease_until)
+            reason = self._cannot_start(claim, config, plan.lease_until, options)
             if reason:
                 results.extend(self._release(claim, reason))
                 continue
@@ -417,11 +417,15 @@ class Runner:
             self._note(f"{key}: row deleted by a person before its result was written")
         return ran_any
 
-    def _cannot_start(self, claim: Claim, config: TypeConfig, lease_until: datetime) -> str:
+    def _cannot_start(
+        self, claim: Claim, config: TypeConfig, lease_until: datetime, options: RunOptions
+    ) -> str:
         if claim.row.type in self._open:
             return f"circuit open for type {claim.row.type!r}: {self._open[claim.row.type]}"
         if self.clock.now() > lease_until - timedelta(seconds=config.policy.timeout):
             return "the batch's lease would run out before this task's timeout"
+        if self._out_of_time(options):
+            return "--max-runtime reached"
         return ""
 
     def _release(self, claim: Claim, reason: str) -> ChangeSet:

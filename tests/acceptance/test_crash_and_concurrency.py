@@ -91,6 +91,9 @@ def test_sigkill_mid_batch_loses_nothing(
     assert all(r["lease_owner"] == "" for r in book.records())
     for task in ids:
         assert "recovered" in [e["event"] for e in book.log(task)]
+    from tests.integration.test_process import assert_log_matches_queue
+
+    assert_log_matches_queue(book)
 
 
 def test_poison_task_ends_failed(

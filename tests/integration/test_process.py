@@ -374,3 +374,22 @@ def assert_log_matches_queue(book: Book) -> None:
             last[entry["task_id"]] = entry["status"]
     for row in book.records():
         assert last.get(row["task_id"]) == row["status"], row["task_id"]
+
+
+def test_max_runtime_releases_unstarted_and_claims_no_new_batch(
+    book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past --max-runtime no task is started (released, no attempt used) and no batch claimed."""
+    _at(monkeypatch, NOW)
+    write_config(f"[types.job]\ncommand = {_exit_handler(tmp_path, 'ok', 0)}\nrate_limit = '1/s'\n")
+    ids = [_enqueue({"n": i}) for i in range(7)]
+    # the rate limit makes each start wait 1 s on the injected clock: starts at 0, 1, 2, 3 s
+    doc = run_cli(
+        ["process", "--batch-size", "5", "--until-empty", "--max-runtime", "2.5s", "--json"]
+    ).json()
+    assert (doc["batches"], doc["done"], doc["released"]) == (1, 4, 1)
+    statuses = [book.row_of(t)["status"] for t in ids]
+    assert statuses == ["done"] * 4 + ["pending"] * 3
+    assert book.row_of(ids[4])["retry_count"] == "0"
+    assert "max-runtime" in book.log(ids[4])[-1]["message"]
+    assert_log_matches_queue(book)
