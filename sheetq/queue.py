@@ -369,7 +369,7 @@ def plan_batch(
                 "alerted_at": "",
                 "error_class": "",
             }
-            values["next_retry_at"] = stamp if status is Status.RETRY else ""
+            values["next_retry_at"] = stamp  # due now: max_age counts from here (step 3)
             change(row, **values)
             what = (
                 f"requeued by a person (was {was})"
@@ -378,19 +378,23 @@ def plan_batch(
             )
             log(row, Event.REQUEUED, status, row.retry_count, what)
             plan.requeued += 1
-            row.next_retry_at = None
+            row.next_retry_at = now
             row.error_class = ""
         if isinstance(row.next_retry_at, Unparseable):
             plan.invalid_times.append(f"{row.task_id}: next_retry_at {row.next_retry_at.text!r}")
-        # Step 3: too old to be worth running.
-        created = row.created
+        # Step 3: too old to be worth running. Age counts from when the task became due:
+        # its creation, or its not-before time (a delayed task, a backoff, a requeue).
+        due_since = row.next_retry_at if isinstance(row.next_retry_at, datetime) else row.created
         if (
             config.policy.max_age is not None
-            and created is not None
-            and now - created > timedelta(seconds=config.policy.max_age)
+            and due_since is not None
+            and now - due_since > timedelta(seconds=config.policy.max_age)
         ):
-            age = (now - created).total_seconds() / 3600
-            message = f"expired: {age:.0f}h old, max_age is {config.policy.max_age / 3600:g}h"
+            age = (now - due_since).total_seconds() / 3600
+            message = (
+                f"expired: due for {age:.0f}h without running, max_age is "
+                f"{config.policy.max_age / 3600:g}h"
+            )
             change(
                 row,
                 status=str(Status.FAILED),
@@ -600,7 +604,7 @@ def plan_requeue(
         count = 0 if reset_attempts else row.retry_count
         values: dict[str, CellValue] = {
             "status": str(Status.PENDING),
-            "next_retry_at": "",
+            "next_retry_at": stamp,  # due now; max_age counts from the redrive
             "error_class": "",
             "alerted_at": "",
             "lease_owner": "",

@@ -393,3 +393,22 @@ def test_max_runtime_releases_unstarted_and_claims_no_new_batch(
     assert book.row_of(ids[4])["retry_count"] == "0"
     assert "max-runtime" in book.log(ids[4])[-1]["message"]
     assert_log_matches_queue(book)
+
+
+def test_max_age_counts_from_due_time_for_delayed_and_requeued(
+    book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task delayed past max_age, or requeued days later, runs instead of expiring."""
+    write_config(f"[types.job]\ncommand = {_exit_handler(tmp_path, 'h', 65)}\nmax_age = '1h'\n")
+    _at(monkeypatch, NOW)
+    delayed = run_cli(["enqueue", "job", '{"n": 1}', "--delay", "5h", "--json"]).json()["task_id"]
+    failed = _enqueue({"n": 2})
+    assert run_cli(["process", "--json"]).json()["failed"] == 1
+    _at(monkeypatch, NOW + timedelta(hours=5, minutes=1))
+    doc = run_cli(["process", "--batch-size", "5", "--json"]).json()
+    assert doc["expired"] == 0 and doc["claimed"] == 1
+    assert book.row_of(delayed)["error_class"] == "permanent"
+    _at(monkeypatch, NOW + timedelta(days=3))
+    assert run_cli(["requeue", "--task", failed]).code == 0
+    doc = run_cli(["process", "--json"]).json()
+    assert doc["expired"] == 0 and doc["claimed"] == 1
