@@ -40,14 +40,17 @@ python = "sheetq.demo:sms"
 owner = "ops"
 """
 
-SAMPLES: list[tuple[str, dict[str, object]]] = [
+SAMPLES: list[tuple[str, dict[str, Any]]] = [
     ("welcome", {"lead_id": "L-1001", "name": "Юлія Шевчук", "email": "yulia@example.com"}),
     ("invoice", {"order_id": "O-77", "amount": "1250.00", "currency": "UAH"}),
     ("sms", {"lead_id": "L-1002", "phone": "+38050123", "text": "Дякуємо за замовлення!"}),
     ("welcome", {"lead_id": "L-1003", "name": "Andrii Melnyk", "email": "andrii@example.com"}),
 ]
 DUPLICATE = SAMPLES[0]
-CONFLICT = ("welcome", {"lead_id": "L-1001", "name": "Юлія Шевчук", "email": "other@example.com"})
+CONFLICT: tuple[str, dict[str, Any]] = (
+    "welcome",
+    {"lead_id": "L-1001", "name": "Юлія Шевчук", "email": "other@example.com"},
+)
 
 
 def welcome(task: Task) -> str:
@@ -186,7 +189,7 @@ def _alert_text(store: Any, settings: Settings, clock: FakeClock) -> str:
         return "\n".join(f"{i.task_id} {i.type} {i.error_class}: {i.error}" for i in items)
 
 
-def _short(payload: dict[str, object]) -> str:
+def _short(payload: dict[str, Any]) -> str:
     import json
 
     text = json.dumps(payload, ensure_ascii=False)

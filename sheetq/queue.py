@@ -436,12 +436,12 @@ def plan_batch(
         timeouts = sum(settings.type_config(r.type).policy.timeout for r in chosen)
         lease = max(settings.type_config(r.type).policy.lease for r in chosen)
         plan.lease_until = now + timedelta(seconds=lease + timeouts)
-        until = format_ts(plan.lease_until)
+        lease_text = format_ts(plan.lease_until)
         for row in chosen:
             previous = Status.PROCESSING if row in reconciles else (row.status or Status.PENDING)
             if row.task_id in changes and "status" in changes[row.task_id].values:
                 previous = Status(str(changes[row.task_id].values["status"]))
-            change(row, status=str(Status.PROCESSING), lease_owner=run_id, lease_until=until)
+            change(row, status=str(Status.PROCESSING), lease_owner=run_id, lease_until=lease_text)
             message = (
                 "reconciling a lost outcome"
                 if row in reconciles

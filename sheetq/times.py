@@ -71,9 +71,10 @@ def parse_ts(
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:
-        moment = _parse_locale(text, locale)
-        if moment is None:
+        local = _parse_locale(text, locale)
+        if local is None:
             return Unparseable(text)
+        moment = local
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=tz)
     return moment.astimezone(UTC)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from datetime import datetime
 from typing import Annotated, Any
 
 import typer
@@ -57,9 +58,7 @@ def status(
             if settings.type_config(row.type).handler is None:
                 without_handler += 1
             when = row.next_retry_at
-            if row.status is Status.RETRY and (
-                when is None or not hasattr(when, "tzinfo") or when <= now
-            ):
+            if row.status is Status.RETRY and (not isinstance(when, datetime) or when <= now):
                 due += 1
         if row.status is Status.FAILED and not row.alerted_at:
             owed += 1

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from sheetq.cli._output import echo, emit_json, table, warn
 from sheetq.errors import UsageError
+
+if TYPE_CHECKING:
+    from sheetq.model import Status
 
 
 def init(
@@ -109,7 +112,9 @@ def requeue(
     from sheetq.model import ErrorClass, Status, new_run_id
     from sheetq.queue import plan_requeue
 
-    wanted = _statuses(statuses) if statuses else ([] if task_ids else [Status.FAILED])
+    wanted: list[Status] = (
+        _statuses(statuses) if statuses else ([] if task_ids else [Status.FAILED])
+    )
     for value in error_classes or ():
         if value not in {e.value for e in ErrorClass}:
             raise UsageError(
@@ -165,7 +170,7 @@ def skip(
     )
 
 
-def _statuses(values: list[str]) -> list[object]:
+def _statuses(values: list[str]) -> list[Status]:
     from sheetq.model import Status
 
     out = []
