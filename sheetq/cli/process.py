@@ -103,10 +103,9 @@ def process(
     if not quiet or undelivered:  # -q still reports alerts Telegram did not take
         for note in summary.notes:
             warn(note)
-    if not quiet:
-        if not dry_run and not settings.telegram.enabled and not summary.locked:
-            missing = "TELEGRAM_BOT_TOKEN" if not settings.telegram.token else "TELEGRAM_CHAT_ID"
-            warn(f"alerts are off: {missing} is not set; failed rows stay owed in the sheet")
+    if not quiet and not dry_run and not settings.telegram.enabled and not summary.locked:
+        missing = "TELEGRAM_BOT_TOKEN" if not settings.telegram.token else "TELEGRAM_CHAT_ID"
+        warn(f"alerts are off: {missing} is not set; failed rows stay owed in the sheet")
     if as_json:
         emit_json(summary.as_json())
         return
