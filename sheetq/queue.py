@@ -519,6 +519,8 @@ def complete(
     message = (
         decision.message if decision.status is not Status.DONE else shorten(decision.result, 200)
     )
+    if decision.status in (Status.FAILED, Status.RETRY) and decision.error_class:
+        message = f"{decision.error_class}: {message}"  # the log then says why on its own
     return ChangeSet(
         updates=[UpdateRow(settings.queue_sheet, row.task_id, row.row, values)],
         appends=[

@@ -35,13 +35,14 @@ from sheetq.queue import (
     Claim,
     QueueRow,
     complete,
+    log_row,
     parse_rows,
     plan_batch,
     release,
 )
 from sheetq.redact import redact
 from sheetq.retry import Decision, Outcome, decide
-from sheetq.store.base import ChangeSet, LeaseChange, Read, Row, Store, WorkbookInfo
+from sheetq.store.base import ChangeSet, LeaseChange, Read, Row, Store, UpdateRow, WorkbookInfo
 from sheetq.times import zone
 
 log = logging.getLogger("sheetq.runner")
@@ -185,6 +186,7 @@ class Runner:
         self._last_start: dict[str, float] = {}
         self._failures: dict[str, AlertItem] = {}
         self._started = 0.0
+        self._scanned: dict[str, QueueRow] = {}  # the last scan, by task_id
         self._located_at = 0.0  # monotonic time row positions were last read
         self._positions: dict[str, int] = {}  # task_id → row, when known fresher than a scan
 
@@ -232,6 +234,7 @@ class Runner:
                 break
             rows = self._scan()
             last_rows = rows
+            self._scanned = {r.task_id: r for r in rows}
             now = self.clock.now()
             plan = plan_batch(
                 rows,
@@ -353,7 +356,9 @@ class Runner:
     def _read_back(self, plan: BatchPlan) -> tuple[list[tuple[Claim, Row]], list[Claim]]:
         """Read the claimed rows again; keep those that still carry this run's id.
 
-        A row found elsewhere (a person sorted the sheet) is given back unrun.
+        A claimed row found elsewhere (a person sorted the sheet) is given back unrun. If
+        rows moved between the scan and the claim (a person deleted or inserted rows), the
+        claim may have landed on other rows: those are repaired at once (see ``_repair``).
         """
         numbers = tuple(c.row.row for c in plan.claims)
         full, ids = self.store.read(
@@ -364,8 +369,10 @@ class Runner:
         )
         by_number = {r.number: r for r in full.rows}
         owners = {r.text("task_id"): r.text("lease_owner") for r in ids.rows}
+        claimed = {c.row.task_id for c in plan.claims}
         keep: list[tuple[Claim, Row]] = []
         give_back: list[Claim] = []
+        missed: list[Claim] = []
         for claim in plan.claims:
             row = by_number.get(claim.row.row)
             if row is not None and row.text("task_id") == claim.row.task_id:
@@ -377,8 +384,67 @@ class Runner:
             if owners.get(claim.row.task_id) == self.run_id:
                 give_back.append(claim)
             else:
-                self._note(f"{claim.row.task_id}: row vanished after the claim; left alone")
+                missed.append(claim)
+        strays = [
+            r
+            for r in full.rows
+            if r.text("lease_owner") == self.run_id and r.text("task_id") not in claimed
+        ]
+        if strays or missed:
+            self._repair(strays, missed)
         return keep, give_back
+
+    def _repair(self, strays: Sequence[Row], missed: Sequence[Claim]) -> None:
+        """Undo a claim that landed on the wrong rows because rows moved between the scan and
+        the claim write: each stray row gets back the status and lease it had at the scan
+        (a blank row is blanked again), and each task the claim missed gets a ``requeued``
+        log row so the log agrees with the sheet. One extra write, only in this case."""
+        changes = ChangeSet()
+        queue = self.settings.queue_sheet
+        now = self.clock.now()
+        for row in strays:
+            task_id = row.text("task_id")
+            before = self._scanned.get(task_id)
+            if before is None:
+                values: dict[str, Any] = {
+                    "status": "",
+                    "lease_owner": "",
+                    "lease_until": "",
+                    "updated_at": "",
+                }
+                changes.updates.append(UpdateRow(queue, None, row.number, values))
+                continue
+            changes.updates.append(
+                UpdateRow(
+                    queue,
+                    task_id,
+                    row.number,
+                    {
+                        "status": before.raw.values.get("status"),
+                        "lease_owner": before.raw.values.get("lease_owner"),
+                        "lease_until": before.raw.values.get("lease_until"),
+                    },
+                )
+            )
+        for claim in missed:
+            changes.appends.append(
+                log_row(
+                    now,
+                    claim.row.task_id,
+                    claim.row.type,
+                    Event.REQUEUED,
+                    claim.row.status_text.strip() or claim.previous,
+                    claim.row.retry_count,
+                    "not claimed after all: rows moved between the scan and the claim",
+                    self.run_id,
+                    worksheet=self.settings.log_sheet,
+                )
+            )
+        self.store.apply(changes)
+        self._note(
+            f"the sheet changed between the scan and the claim: {len(strays)} row(s) "
+            f"repaired, {len(missed)} task(s) left for the next batch"
+        )
 
     def _work(self, plan: BatchPlan, options: RunOptions) -> bool:
         keep, give_back = self._read_back(plan)

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from sheetq.errors import SheetqError
+from sheetq.cli._output import echo, emit_json, warn
+from sheetq.errors import UsageError
+
+if TYPE_CHECKING:
+    from sheetq.archive import ArchiveReport
+
+LOCK_WAIT = 30.0  # seconds to wait for a `process` run on this host to finish
 
 
 def archive(
@@ -19,10 +25,123 @@ def archive(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Count; change nothing.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
 ) -> None:
-    """Move finished rows to QueueArchive in one atomic change; their keys still deduplicate.
+    """Move finished rows to QueueArchive, atomically; their keys still deduplicate.
 
-    Example:
+    Rows that are done or skipped (and failed, with --include-failed) and were last
+    updated before the cutoff are moved whole, by column name, each with an `archived`
+    QueueLog row. Very large archives go in several writes, each atomic; if one fails,
+    run the command again to move the rest.
+
+    Examples:
 
       sheetq archive --older-than 30d
+
+      sheetq archive --older-than 7d --include-failed --dry-run
     """
-    raise SheetqError("archive: not built yet")
+    from sheetq.archive import TASK_IDS_SHOWN, run_archive
+    from sheetq.cli.app import state
+    from sheetq.model import new_run_id
+    from sheetq.runner import check_schema, lease_name, lock_path
+    from sheetq.times import format_ts, parse_duration
+
+    try:
+        seconds = parse_duration(older_than, what="--older-than")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    settings = state.settings()
+    store = state.store()
+
+    def run() -> ArchiveReport:
+        info = store.open()  # after the host lock: the lease seen is the current one
+        check_schema(info, settings, archive=True)
+        return run_archive(
+            store,
+            info,
+            settings,
+            now=state.clock().now(),
+            older_than=seconds,
+            include_failed=include_failed,
+            dry_run=dry_run,
+            run_id=new_run_id("archive"),
+            lease_name=lease_name(settings.queue_sheet),
+        )
+
+    if dry_run:
+        report = run()
+    else:
+        from filelock import FileLock, Timeout
+
+        # Exclusive with `process` on this host: a run holds rows by number between reads.
+        path = lock_path(settings)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        host_lock = FileLock(str(path), timeout=LOCK_WAIT)
+        try:
+            host_lock.acquire()
+        except Timeout:
+            warn(f"a sheetq process run on this host holds this queue ({path}); nothing archived")
+            if as_json:
+                emit_json({"archived": 0, "dry_run": False, "locked": True})
+            return
+        try:
+            report = run()
+        finally:
+            host_lock.release()
+    by_status = {s: report.by_status.get(s, 0) for s in ("done", "skipped", "failed")}
+    if as_json:
+        doc: dict[str, object] = {
+            "archived": report.archived,
+            "dry_run": dry_run,
+            "by_status": by_status,
+            "task_ids": report.task_ids[:TASK_IDS_SHOWN],
+            "truncated": len(report.task_ids) > TASK_IDS_SHOWN,
+            "cutoff": format_ts(report.cutoff),
+            "writes": report.writes,
+            "dropped_columns": sorted(report.dropped_columns),
+            "left_in_queue": {
+                "already_archived": report.already_archived,
+                "ambiguous": report.ambiguous,
+                "undated": report.undated,
+            },
+            "vanished": report.vanished,
+            "locked": bool(report.locked),
+        }
+        emit_json(doc)
+    else:
+        counts = ", ".join(f"{s}: {n}" for s, n in by_status.items())
+        verb = "would archive" if dry_run else "archived"
+        echo(f"{verb} {report.archived} rows ({counts})")
+    _warnings(report, settings.archive_sheet, settings.queue_sheet)
+
+
+def _warnings(report: ArchiveReport, archive_sheet: str, queue_sheet: str) -> None:
+    if report.locked:
+        warn(f"{report.locked}; nothing more archived, try again when it has finished")
+    if report.dropped_columns:
+        names = ", ".join(sorted(report.dropped_columns))
+        verb = "would be" if report.dry_run else "were"
+        warn(
+            f"{archive_sheet} has no column(s) {names}: those cells of the archived rows "
+            f"{verb} dropped (add the columns to {archive_sheet} to keep them)"
+        )
+    if report.already_archived:
+        warn(
+            f"{len(report.already_archived)} finished row(s) left in {queue_sheet}: their task "
+            f"id is already in {archive_sheet} (e.g. {report.already_archived[0]}); remove "
+            "one copy by hand"
+        )
+    if report.ambiguous:
+        warn(
+            f"{len(report.ambiguous)} task id(s) appear on more than one {queue_sheet} row "
+            f"(e.g. {report.ambiguous[0]}); those rows were left alone"
+        )
+    if report.undated:
+        warn(
+            f"{len(report.undated)} finished row(s) have no readable updated_at or created_at "
+            f"(e.g. {report.undated[0]}); left in {queue_sheet}"
+        )
+    if report.vanished:
+        warn(
+            f"{len(report.vanished)} row(s) left {queue_sheet} while they were being archived "
+            f"(deleted by a person or another archive run); their copies were archived — check "
+            f"{archive_sheet} for doubles (e.g. {report.vanished[0]})"
+        )

@@ -366,3 +366,32 @@ def test_manager_typed_time_uses_sheet_time_zone(
     assert run_cli(["process", "--json"]).json()["claimed"] == 0
     monkeypatch.setenv("SHEETQ_NOW", "2026-01-05T09:00:30Z")
     assert run_cli(["process", "--json"]).json()["done"] == 1
+
+
+def test_rows_deleted_between_scan_and_claim_are_repaired(
+    gbook: GoogleBook, tmp_path: Path
+) -> None:
+    """A person deleting a row between the scan and the claim write: the claim that landed on
+    the wrong rows is undone at once, no task runs twice, and the log agrees with the sheet."""
+    emu = gbook.emulator
+    _ok_config(tmp_path)
+    _fill(1)
+    assert run_cli(["process", "--json"]).json()["done"] == 1  # row 2: a done task
+    done_id = gbook.records()[0]["task_id"]
+    run_cli(["enqueue", "job", "--jsonl"], input="\n".join(f'{{"n": {10 + i}}}' for i in range(4)))
+    emu.before_next(
+        lambda e: e.delete_rows(gbook.key, "Queue", 2),  # the done row goes; the rest move up
+        op="spreadsheets.batchUpdate",
+    )
+    r = run_cli(["process", "--batch-size", "3", "--json"])
+    assert r.code == 0, r.stderr
+    assert "changed between the scan and the claim" in r.stderr
+    rows = gbook.records()
+    assert done_id not in [x["task_id"] for x in rows]
+    assert all(x["status"] in ("pending", "done") for x in rows), rows
+    assert all(x["lease_owner"] == "" for x in rows), rows
+    assert_log_matches_queue(gbook)
+    doc = run_cli(["process", "--batch-size", "10", "--json"]).json()
+    assert doc["done"] + sum(x["status"] == "done" for x in rows) == 4
+    for x in gbook.records():
+        assert [e["event"] for e in gbook.log(x["task_id"])].count("done") == 1
