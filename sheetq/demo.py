@@ -103,7 +103,8 @@ def run_demo(
     """Run the tour in ``directory``; returns 0. ``say`` prints a line, ``show_table`` a table."""
     from sheetq.enqueue import enqueue, prepare
     from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS
-    from sheetq.runner import Runner, RunOptions, check_schema, summary_line
+    from sheetq.runner import Runner, RunOptions, summary_line
+    from sheetq.schema import check_schema
     from sheetq.store.sqlite import SqliteStore
 
     directory.mkdir(parents=True, exist_ok=True)

@@ -25,13 +25,15 @@ class Status(StrEnum):
     @classmethod
     def parse(cls, cell: object) -> Status | None:
         """Read a status cell as people type it (``' Pending'``, ``RETRY``); ``None`` if unknown."""
+        if type(cell) is str:
+            found = _STATUS_TEXT.get(cell)  # sheetq's own exact text: the common case
+            if found is not None:
+                return found
         text = str(cell if cell is not None else "").strip().lower()
-        try:
-            return cls(text)
-        except ValueError:
-            return None
+        return _STATUS_TEXT.get(text)
 
 
+_STATUS_TEXT = {s.value: s for s in Status}
 WAITING = frozenset({Status.PENDING, Status.RETRY})
 FINISHED = frozenset({Status.DONE, Status.FAILED, Status.SKIPPED})
 

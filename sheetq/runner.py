@@ -28,21 +28,21 @@ from sheetq.config import Settings, TypeConfig
 from sheetq.errors import LeaseConflict, StoreError
 from sheetq.handlers import run_reconcile, run_task
 from sheetq.idempotency import parse_payload
-from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS, ErrorClass, Event, Status, Task, new_run_id
+from sheetq.model import ErrorClass, Event, Status, Task, new_run_id
 from sheetq.queue import (
     SCAN_COLUMNS,
     BatchPlan,
     Claim,
     QueueRow,
     complete,
-    log_row,
     parse_rows,
     plan_batch,
     release,
 )
 from sheetq.redact import redact
 from sheetq.retry import Decision, Outcome, decide
-from sheetq.store.base import ChangeSet, LeaseChange, Read, Row, Store, UpdateRow, WorkbookInfo
+from sheetq.schema import check_schema
+from sheetq.store.base import ChangeSet, LeaseChange, Read, Row, Store, UpdateRow
 from sheetq.times import zone
 
 log = logging.getLogger("sheetq.runner")
@@ -137,24 +137,6 @@ def lease_expiry(token: str) -> datetime | None:
     if len(token) < 10 or not token[:10].isdigit():
         return None
     return datetime.fromtimestamp(int(token[:10]), UTC)
-
-
-def check_schema(info: WorkbookInfo, settings: Settings, *, archive: bool = False) -> None:
-    """Refuse to run on worksheets without sheetq's columns (exit 2, says to run init)."""
-    from sheetq.errors import SchemaError
-
-    wanted = [(settings.queue_sheet, QUEUE_COLUMNS), (settings.log_sheet, LOG_COLUMNS)]
-    if archive:
-        wanted.append((settings.archive_sheet, QUEUE_COLUMNS))
-    for title, columns in wanted:
-        sheet = info.sheet(title)
-        sheet.columns(columns)  # refuses duplicated sheetq headers
-        missing = sheet.missing(columns)
-        if missing:
-            raise SchemaError(
-                f"worksheet '{title}' lacks column(s) {', '.join(missing)}; run `sheetq init` "
-                "to add them"
-            )
 
 
 class Runner:
@@ -356,94 +338,57 @@ class Runner:
     def _read_back(self, plan: BatchPlan) -> tuple[list[tuple[Claim, Row]], list[Claim]]:
         """Read the claimed rows again; keep those that still carry this run's id.
 
-        A claimed row found elsewhere (a person sorted the sheet) is given back unrun. If
-        rows moved between the scan and the claim (a person deleted or inserted rows), the
-        claim may have landed on other rows: those are repaired at once (see ``_repair``).
+        A claimed task not found at its row (a person sorted, inserted or deleted rows) is
+        given back unrun: the release is re-located by task_id, and is harmless if the claim
+        never reached it. If rows moved between the scan and the claim, the claim may have
+        landed on other rows: those are repaired at once (see ``_repair``).
         """
         numbers = tuple(c.row.row for c in plan.claims)
-        full, ids = self.store.read(
-            [
-                Read(self.settings.queue_sheet, None, rows=numbers),
-                Read(self.settings.queue_sheet, ("task_id", "lease_owner")),
-            ]
-        )
+        (full,) = self.store.read([Read(self.settings.queue_sheet, None, rows=numbers)])
         by_number = {r.number: r for r in full.rows}
-        owners = {r.text("task_id"): r.text("lease_owner") for r in ids.rows}
         claimed = {c.row.task_id for c in plan.claims}
         keep: list[tuple[Claim, Row]] = []
         give_back: list[Claim] = []
-        missed: list[Claim] = []
         for claim in plan.claims:
             row = by_number.get(claim.row.row)
-            if row is not None and row.text("task_id") == claim.row.task_id:
-                if row.text("lease_owner") == self.run_id:
-                    keep.append((claim, row))
-                else:
-                    self._note(f"{claim.row.task_id}: claimed by another run; left to it")
-                continue
-            if owners.get(claim.row.task_id) == self.run_id:
+            if row is None or row.text("task_id") != claim.row.task_id:
                 give_back.append(claim)
+            elif row.text("lease_owner") == self.run_id:
+                keep.append((claim, row))
             else:
-                missed.append(claim)
+                self._note(f"{claim.row.task_id}: claimed by another run; left to it")
         strays = [
             r
             for r in full.rows
             if r.text("lease_owner") == self.run_id and r.text("task_id") not in claimed
         ]
-        if strays or missed:
-            self._repair(strays, missed)
+        if strays:
+            self._repair(strays)
         return keep, give_back
 
-    def _repair(self, strays: Sequence[Row], missed: Sequence[Claim]) -> None:
+    def _repair(self, strays: Sequence[Row]) -> None:
         """Undo a claim that landed on the wrong rows because rows moved between the scan and
-        the claim write: each stray row gets back the status and lease it had at the scan
-        (a blank row is blanked again), and each task the claim missed gets a ``requeued``
-        log row so the log agrees with the sheet. One extra write, only in this case."""
+        the claim write: each stray row gets back the status and lease it had at the scan (a
+        blank row is blanked again). One extra write, only in this case."""
         changes = ChangeSet()
         queue = self.settings.queue_sheet
-        now = self.clock.now()
         for row in strays:
             task_id = row.text("task_id")
             before = self._scanned.get(task_id)
             if before is None:
-                values: dict[str, Any] = {
-                    "status": "",
-                    "lease_owner": "",
-                    "lease_until": "",
-                    "updated_at": "",
-                }
-                changes.updates.append(UpdateRow(queue, None, row.number, values))
+                blank: dict[str, Any] = dict.fromkeys(
+                    ("status", "lease_owner", "lease_until", "updated_at"), ""
+                )
+                changes.updates.append(UpdateRow(queue, None, row.number, blank))
                 continue
-            changes.updates.append(
-                UpdateRow(
-                    queue,
-                    task_id,
-                    row.number,
-                    {
-                        "status": before.raw.values.get("status"),
-                        "lease_owner": before.raw.values.get("lease_owner"),
-                        "lease_until": before.raw.values.get("lease_until"),
-                    },
-                )
-            )
-        for claim in missed:
-            changes.appends.append(
-                log_row(
-                    now,
-                    claim.row.task_id,
-                    claim.row.type,
-                    Event.REQUEUED,
-                    claim.row.status_text.strip() or claim.previous,
-                    claim.row.retry_count,
-                    "not claimed after all: rows moved between the scan and the claim",
-                    self.run_id,
-                    worksheet=self.settings.log_sheet,
-                )
-            )
+            restore = {
+                c: before.raw.values.get(c) for c in ("status", "lease_owner", "lease_until")
+            }
+            changes.updates.append(UpdateRow(queue, task_id, row.number, restore))
         self.store.apply(changes)
         self._note(
-            f"the sheet changed between the scan and the claim: {len(strays)} row(s) "
-            f"repaired, {len(missed)} task(s) left for the next batch"
+            f"the sheet changed between the scan and the claim: {len(strays)} row(s) the "
+            "claim reached by mistake were put back"
         )
 
     def _work(self, plan: BatchPlan, options: RunOptions) -> bool:

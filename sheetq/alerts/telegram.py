@@ -27,7 +27,6 @@ get a masking filter while a send runs).
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import logging
 import os
@@ -181,6 +180,8 @@ def run_with_bot(
     whatever ``body`` raises.
     """
 
+    import asyncio
+
     async def main() -> T:
         from telegram import Bot
         from telegram import error as tg
@@ -301,6 +302,8 @@ async def _send(
                 return result
             log.info("Telegram flood control: waiting %gs", wait)
             result.waited += wait
+            import asyncio
+
             await asyncio.sleep(wait)
             continue
         except tg.ChatMigrated as exc:

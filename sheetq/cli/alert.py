@@ -104,7 +104,7 @@ def _send_owed(settings: Settings, as_json: bool) -> None:
     from sheetq.errors import StoreError
     from sheetq.model import new_run_id
     from sheetq.queue import SCAN_COLUMNS, parse_rows
-    from sheetq.runner import check_schema
+    from sheetq.schema import check_schema
     from sheetq.store.base import Read
     from sheetq.times import zone
 

@@ -41,7 +41,8 @@ def archive(
     from sheetq.archive import TASK_IDS_SHOWN, run_archive
     from sheetq.cli.app import state
     from sheetq.model import new_run_id
-    from sheetq.runner import check_schema, lease_name, lock_path
+    from sheetq.runner import lease_name, lock_path
+    from sheetq.schema import check_schema
     from sheetq.times import format_ts, parse_duration
 
     try:

@@ -112,7 +112,7 @@ def enqueue(
     from sheetq.enqueue import enqueue as enqueue_tasks
     from sheetq.enqueue import prepare
     from sheetq.idempotency import parse_payload
-    from sheetq.runner import check_schema
+    from sheetq.schema import check_schema
 
     if not TYPE_PATTERN.match(task_type):
         raise UsageError(

@@ -28,7 +28,7 @@ def status(
     from sheetq.cli.app import state
     from sheetq.model import Status
     from sheetq.queue import STATUS_COLUMNS, parse_rows
-    from sheetq.runner import check_schema
+    from sheetq.schema import check_schema
     from sheetq.store.base import Read
     from sheetq.times import format_duration, zone
 
@@ -130,7 +130,7 @@ def list_rows(
     """
     from sheetq.cli.app import state
     from sheetq.model import Status
-    from sheetq.runner import check_schema
+    from sheetq.schema import check_schema
     from sheetq.store.base import Read
 
     wanted = set()
@@ -190,7 +190,7 @@ def show(
       sheetq show t_01JDF3K4Z8Q9W2E5R7T1Y3U6I0
     """
     from sheetq.cli.app import state
-    from sheetq.runner import check_schema
+    from sheetq.schema import check_schema
     from sheetq.store.base import Read
 
     settings = state.settings()

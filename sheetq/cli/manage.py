@@ -187,7 +187,7 @@ def _statuses(values: list[str]) -> list[Status]:
 def _change(verb: str, plan, *, task_ids, dry_run: bool, as_json: bool) -> None:  # type: ignore[no-untyped-def]
     from sheetq.cli.app import state
     from sheetq.queue import SCAN_COLUMNS, parse_rows
-    from sheetq.runner import check_schema
+    from sheetq.schema import check_schema
     from sheetq.store.base import Read
     from sheetq.times import zone
 

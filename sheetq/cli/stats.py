@@ -34,7 +34,7 @@ def stats(
       sheetq stats --since 2026-01-01T00:00:00Z --type lead --json
     """
     from sheetq.cli.app import state
-    from sheetq.runner import check_schema
+    from sheetq.schema import check_schema
     from sheetq.stats import ARCHIVE_COLUMNS, LOG_COLUMNS, QUEUE_COLUMNS, compute
     from sheetq.store.base import Read
     from sheetq.times import zone

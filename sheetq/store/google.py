@@ -43,6 +43,7 @@ from sheetq.store.base import (
     ApplyResult,
     CellValue,
     ChangeSet,
+    DeleteRow,
     Formula,
     Read,
     Row,
@@ -78,7 +79,12 @@ class SpreadsheetNotFound(UsageError):
 
 
 class AccessDenied(StoreError):
-    """The spreadsheet is not shared with sheetq's account (or only for reading)."""
+    """The spreadsheet is not shared with sheetq's account (or only for reading).
+    ``status`` is Google's HTTP status: 401 (credentials refused) or 403 (not shared)."""
+
+    def __init__(self, message: str, status: int = 403) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def quote_title(title: str) -> str:
@@ -338,7 +344,8 @@ class GoogleStore:
             verb = "read" if what.startswith(("open", "read")) else "write to"
             return AccessDenied(
                 f"Google refused to let sheetq {verb} the spreadsheet ({code}: {message}); share "
-                f"it as Editor with the service account{who}"
+                f"it as Editor with the service account{who}",
+                status=code,
             )
         if "Unable to parse range" in message:
             return SchemaError(f"{message}: a worksheet is missing; run `sheetq init`")
@@ -432,16 +439,49 @@ class GoogleStore:
     def _sheet(self, title: str) -> _Sheet:
         if not self._sheets:
             self.open()
+        if title not in self._sheets and title not in self._titles:
+            self._fetch_sheet(title)  # a worksheet beyond the queue's three (the Dashboard)
         try:
             return self._sheets[title]
         except KeyError:
             raise SchemaError(f"worksheet '{title}' not found; run `sheetq init`") from None
+
+    def _fetch_sheet(self, title: str) -> None:
+        """Learn the id and header of one more worksheet (one ``spreadsheets.get``)."""
+        params = {
+            "includeGridData": "true",
+            "fields": _OPEN_FIELDS,
+            "ranges": [f"{quote_title(title)}!1:1"],
+        }
+        try:
+            meta = self._call(
+                "open", lambda: self._http.request("get", self._url_for(), params=params).json()
+            )
+        except SchemaError:
+            return
+        for sheet in meta.get("sheets", []):
+            props = sheet.get("properties", {})
+            if props.get("title") != title:
+                continue
+            header: list[str] = []
+            for block in sheet.get("data", []) or []:
+                for row in (block.get("rowData") or [])[:1]:
+                    header = [
+                        str(v.get("formattedValue", "")).strip() for v in row.get("values", [])
+                    ]
+            while header and not header[-1]:
+                header.pop()
+            self._sheets[title] = _Sheet(
+                title, int(props.get("sheetId", 0)), tuple(header), _columns(header)
+            )
 
     # --- read -----------------------------------------------------------------
 
     def read(self, reads: Sequence[Read]) -> list[Snapshot]:
         """The columns (or rows) asked for, in one ``values:batchGet``; re-asked once if a
         person moved a column since the header was last seen."""
+        if not reads:
+            return []
         for _ in range(3):
             ranges: list[str] = []
             plans: list[tuple[Read, _Sheet, list[str], int, list[tuple[int, int]]]] = []
@@ -456,12 +496,15 @@ class GoogleStore:
                         ranges.append(
                             f"{quote_title(sheet.title)}!{column_letter(lo)}2:{column_letter(hi)}"
                         )
-                elif read.rows:
-                    width = max(sheet.columns.values(), default=0)
+                elif read.rows and names:
+                    # only the columns asked for: from the first to the last of them
+                    left = min(sheet.columns[n] for n in names)
+                    right = max(sheet.columns[n] for n in names)
                     runs = _runs(read.rows)
                     for lo, hi in runs:
                         ranges.append(
-                            f"{quote_title(sheet.title)}!A{lo}:{column_letter(width)}{hi}"
+                            f"{quote_title(sheet.title)}!{column_letter(left)}{lo}:"
+                            f"{column_letter(right)}{hi}"
                         )
                 plans.append((read, sheet, names, first, runs))
             answers = self._batch_get(ranges, "read")
@@ -515,6 +558,7 @@ class GoogleStore:
             return Snapshot(read.worksheet, sheet.header, ordered)
         wanted = set(read.rows or ())
         out: list[Row] = []
+        left = min((sheet.columns[n] for n in names), default=0)
         for run_index, (lo, hi) in enumerate(runs):
             block = answers[first + 1 + run_index].get("values", [])
             for number in range(lo, hi + 1):
@@ -522,7 +566,7 @@ class GoogleStore:
                     continue
                 values: dict[str, CellValue] = {}
                 for name in names:
-                    col = sheet.columns[name]
+                    col = sheet.columns[name] - left
                     column = block[col] if col < len(block) else []
                     offset = number - lo
                     values[name] = column[offset] if offset < len(column) else None
@@ -568,16 +612,30 @@ class GoogleStore:
         return "named range" in message.lower() or "namedrange" in message.lower()
 
     def _locate(self, changes: ChangeSet, result: ApplyResult) -> dict[str, dict[str, int]]:
-        """task_id → row, read fresh for each worksheet that gets updates or deletions."""
-        titles = sorted(
-            {u.worksheet for u in changes.updates if u.key is not None}
-            | {d.worksheet for d in changes.deletes}
-        )
-        if not titles:
+        """task_id → row, read fresh for each worksheet that gets updates or deletions.
+
+        The rows where the tasks were last seen are read first (a few cells); only if one
+        of them moved (a person sorted or inserted rows) is the whole task_id column read.
+        """
+        hints: dict[str, dict[str, int]] = {}
+        items: list[UpdateRow | DeleteRow] = [*changes.updates, *changes.deletes]
+        for item in items:
+            if item.key is not None:
+                hints.setdefault(item.worksheet, {})[item.key] = item.row
+        if not hints:
             return {}
+        titles = sorted(hints)
+        snaps = self.read([Read(t, ("task_id",), rows=tuple(hints[t].values())) for t in titles])
         found: dict[str, dict[str, int]] = {}
-        reads = [Read(t, ("task_id",)) for t in titles]
-        for title, snap in zip(titles, self.read(reads), strict=True):
+        moved: list[str] = []
+        for title, snap in zip(titles, snaps, strict=True):
+            at = {row.number: row.text("task_id").strip() for row in snap.rows}
+            if all(at.get(number) == key for key, number in hints[title].items()):
+                found[title] = dict(hints[title])
+            else:
+                moved.append(title)
+        fresh = self.read([Read(t, ("task_id",)) for t in moved]) if moved else []
+        for title, snap in zip(moved, fresh, strict=True):
             rows: dict[str, int] = {}
             for row in snap.rows:
                 key = row.text("task_id").strip()

@@ -63,16 +63,20 @@ class SqliteStore:
             if create:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.path, timeout=timeout, isolation_level=None)
+            # Look before touching: another program's SQLite file is never changed.
+            ours = self._has_schema()
+            if not ours and (not create or self._has_tables()):
+                self._db.close()
+                raise SchemaError(
+                    f"{self.path}: not a sheetq workbook (it holds other data); "
+                    + ("choose another path" if create else "run `sheetq init` to create one")
+                )
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
-            if create:
+            if create and not ours:
                 self._db.executescript(_SCHEMA)
                 self._db.execute(
                     "INSERT OR IGNORE INTO workbook VALUES ('title', ?)", (self.path.stem,)
-                )
-            elif not self._has_schema():
-                raise SchemaError(
-                    f"{self.path}: not a sheetq workbook; run `sheetq init` to create one"
                 )
         except sqlite3.DatabaseError as exc:
             raise SchemaError(f"{self.path}: not a sheetq workbook ({exc})") from None
@@ -81,6 +85,9 @@ class SqliteStore:
     def _has_schema(self) -> bool:
         names = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master")}
         return {"workbook", "worksheets", "leases"} <= names
+
+    def _has_tables(self) -> bool:
+        return self._db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone() is not None
 
     # --- port ---------------------------------------------------------------
 

@@ -33,13 +33,14 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeBotAPI]:
     assert server.server_errors == []
 
 
-def configure(tmp_path: Path, error: str = "bad data: field missing", *,
-              extra: str = "") -> None:
+def configure(tmp_path: Path, error: str = "bad data: field missing", *, extra: str = "") -> None:
     """Type ``x`` fails permanently (exit 65) with ``error`` on stderr; ``crm`` fails on auth."""
-    fail = handler_script(tmp_path, "fail", f"import sys\nsys.stderr.write({error!r})\n"
-                          "sys.exit(65)\n")
-    auth = handler_script(tmp_path, "auth", "import sys\nsys.stderr.write('401 from CRM')\n"
-                          "sys.exit(77)\n")
+    fail = handler_script(
+        tmp_path, "fail", f"import sys\nsys.stderr.write({error!r})\nsys.exit(65)\n"
+    )
+    auth = handler_script(
+        tmp_path, "auth", "import sys\nsys.stderr.write('401 from CRM')\nsys.exit(77)\n"
+    )
     write_config(f"[types.x]\ncommand = {fail}\n\n[types.crm]\ncommand = {auth}\n{extra}")
 
 
@@ -91,8 +92,9 @@ def assert_marked(book: Book, ids: list[str], times: int = 1) -> None:
 # --- 1. one message per run ------------------------------------------------------------
 
 
-def test_three_failures_one_message_then_nothing(book: Book, fake: FakeBotAPI,
-                                                  tmp_path: Path) -> None:
+def test_three_failures_one_message_then_nothing(
+    book: Book, fake: FakeBotAPI, tmp_path: Path
+) -> None:
     """Three failures in one run: one sendMessage listing all three, rows marked once."""
     configure(tmp_path)
     ids = enqueue(3)
@@ -126,8 +128,9 @@ def test_auth_failures_come_first(book: Book, fake: FakeBotAPI, tmp_path: Path) 
 
 
 @pytest.mark.parametrize("fault", ["down", "502", "500", "slow", "drop"])
-def test_unavailable_telegram_keeps_alerts_owed(book: Book, fake: FakeBotAPI, tmp_path: Path,
-                                                fault: str) -> None:
+def test_unavailable_telegram_keeps_alerts_owed(
+    book: Book, fake: FakeBotAPI, tmp_path: Path, fault: str
+) -> None:
     """Down, 5xx, a dropped or too slow reply: exit 0, alerts owed, next run sends them once."""
     configure(tmp_path)
     ids = enqueue(3)
@@ -152,8 +155,9 @@ def test_unavailable_telegram_keeps_alerts_owed(book: Book, fake: FakeBotAPI, tm
     assert_marked(book, ids)
 
 
-def test_nothing_listens(book: Book, fake: FakeBotAPI, tmp_path: Path,
-                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nothing_listens(
+    book: Book, fake: FakeBotAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """No server at the API URL (connection refused): exit 0, the alert stays owed."""
     configure(tmp_path)
     ids = enqueue(1)
@@ -166,8 +170,9 @@ def test_nothing_listens(book: Book, fake: FakeBotAPI, tmp_path: Path,
 # --- 3. escaping and length -------------------------------------------------------------
 
 
-def test_hostile_error_text_is_escaped_and_short(book: Book, fake: FakeBotAPI,
-                                                 tmp_path: Path) -> None:
+def test_hostile_error_text_is_escaped_and_short(
+    book: Book, fake: FakeBotAPI, tmp_path: Path
+) -> None:
     """An error with <b>, &, _*[] and 5,000 chars gives a valid HTML message ≤ 4,096 chars."""
     error = "<b> & _*[] </i> &amp; " + "y" * 5000
     body = f"import json\nprint(json.dumps({{'status': 'failed', 'error': {error!r}}}))\n"
@@ -184,12 +189,13 @@ def test_hostile_error_text_is_escaped_and_short(book: Book, fake: FakeBotAPI,
     assert_marked(book, ids)
 
 
-def test_many_failures_one_message_all_marked(book: Book, fake: FakeBotAPI,
-                                              tmp_path: Path) -> None:
+def test_many_failures_one_message_all_marked(book: Book, fake: FakeBotAPI, tmp_path: Path) -> None:
     """300 failures: one message ≤ 4,096 chars ending in "and N more"; all 300 marked."""
     module = tmp_path / "work" / "sheetq_alert_fail.py"
-    module.write_text("import sheetq\n\ndef fail(task):\n"
-                      "    raise sheetq.FailTask('bad row ' + 'z' * 300)\n", encoding="utf-8")
+    module.write_text(
+        "import sheetq\n\ndef fail(task):\n    raise sheetq.FailTask('bad row ' + 'z' * 300)\n",
+        encoding="utf-8",
+    )
     write_config('[types.bulk]\npython = "sheetq_alert_fail:fail"\n')
     lines = "\n".join(json.dumps({"n": i}) for i in range(300))
     r = run_cli(["enqueue", "bulk", "-", "--jsonl", "--json"], input=lines)
@@ -222,9 +228,13 @@ def test_retry_after_short_is_waited(book: Book, fake: FakeBotAPI, tmp_path: Pat
 
 
 @pytest.mark.parametrize("ptb_timedelta", ["true", "false", None])
-def test_retry_after_long_leaves_alerts_owed(book: Book, fake: FakeBotAPI, tmp_path: Path,
-                                             monkeypatch: pytest.MonkeyPatch,
-                                             ptb_timedelta: str | None) -> None:
+def test_retry_after_long_leaves_alerts_owed(
+    book: Book,
+    fake: FakeBotAPI,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    ptb_timedelta: str | None,
+) -> None:
     """429 retry_after 60 (over the 30 s budget): not sent, owed, the note says so.
 
     Whatever PTB_TIMEDELTA says (retry_after as int or timedelta).
@@ -277,8 +287,9 @@ def test_rejected_twice_stays_owed(book: Book, fake: FakeBotAPI, tmp_path: Path)
 # --- 6. migrated group --------------------------------------------------------------------
 
 
-def test_migrated_group_reported_and_delivered(book: Book, fake: FakeBotAPI,
-                                               tmp_path: Path) -> None:
+def test_migrated_group_reported_and_delivered(
+    book: Book, fake: FakeBotAPI, tmp_path: Path
+) -> None:
     """A group upgraded to a supergroup: the new id is reported and gets the alert."""
     configure(tmp_path)
     ids = enqueue(2)
@@ -290,8 +301,9 @@ def test_migrated_group_reported_and_delivered(book: Book, fake: FakeBotAPI,
     assert_marked(book, ids)
 
 
-def test_thread_id_is_sent(book: Book, fake: FakeBotAPI, tmp_path: Path,
-                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_thread_id_is_sent(
+    book: Book, fake: FakeBotAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """TELEGRAM_THREAD_ID becomes message_thread_id (the forum topic)."""
     configure(tmp_path)
     enqueue(1)
@@ -303,8 +315,9 @@ def test_thread_id_is_sent(book: Book, fake: FakeBotAPI, tmp_path: Path,
 # --- 7. token and chat problems -----------------------------------------------------------
 
 
-def test_wrong_token_says_what_to_fix(book: Book, fake: FakeBotAPI, tmp_path: Path,
-                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_wrong_token_says_what_to_fix(
+    book: Book, fake: FakeBotAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """401: one clear line naming TELEGRAM_BOT_TOKEN, alerts owed, exit 0, token not shown."""
     configure(tmp_path)
     ids = enqueue(2)
@@ -332,9 +345,13 @@ def test_blocked_bot_says_what_to_fix(book: Book, fake: FakeBotAPI, tmp_path: Pa
 # --- 8. the token never shows -------------------------------------------------------------
 
 
-def test_token_never_in_output_or_logs(book: Book, fake: FakeBotAPI, tmp_path: Path,
-                                       monkeypatch: pytest.MonkeyPatch,
-                                       caplog: pytest.LogCaptureFixture) -> None:
+def test_token_never_in_output_or_logs(
+    book: Book,
+    fake: FakeBotAPI,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """Every command at -v/-vv, success and failure paths: the token is in no output or log."""
     caplog.set_level(logging.DEBUG)
     configure(tmp_path, "leaked " + fake.token + " in the error")
@@ -382,10 +399,13 @@ def test_token_never_in_output_or_logs(book: Book, fake: FakeBotAPI, tmp_path: P
         assert fake.token not in message["text"]
 
 
-def test_token_masked_even_if_http_loggers_are_loud(book: Book, fake: FakeBotAPI,
-                                                    tmp_path: Path,
-                                                    monkeypatch: pytest.MonkeyPatch,
-                                                    caplog: pytest.LogCaptureFixture) -> None:
+def test_token_masked_even_if_http_loggers_are_loud(
+    book: Book,
+    fake: FakeBotAPI,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """With httpx/PTB loggers at DEBUG (URLs carry the token), every record is masked."""
     import sheetq.logs
 
@@ -405,8 +425,9 @@ def test_token_masked_even_if_http_loggers_are_loud(book: Book, fake: FakeBotAPI
 
 
 @pytest.mark.parametrize("how", ["command", "person"])
-def test_requeued_row_failing_again_alerts_again(book: Book, fake: FakeBotAPI, tmp_path: Path,
-                                                 how: str) -> None:
+def test_requeued_row_failing_again_alerts_again(
+    book: Book, fake: FakeBotAPI, tmp_path: Path, how: str
+) -> None:
     """A failed row requeued (command or typed status) that fails again is alerted again."""
     configure(tmp_path)
     (task_id,) = enqueue(1)
@@ -433,10 +454,15 @@ def _imports_telegram(*commands: list[str]) -> list[tuple[int, bool]]:
         "    r = run_cli(args)\n"
         "    print('RESULT', r.code, 'telegram' in sys.modules)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60, cwd=Path.cwd(), env={**os.environ, "PYTHONPATH": str(ROOT)})
-    results = [line.split()[1:] for line in done.stdout.splitlines()
-               if line.startswith("RESULT")]
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path.cwd(),
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    results = [line.split()[1:] for line in done.stdout.splitlines() if line.startswith("RESULT")]
     assert len(results) == len(commands), done.stderr
     return [(int(c), loaded == "True") for c, loaded in results]
 
@@ -446,8 +472,10 @@ def test_telegram_imported_only_to_send(book: Book, fake: FakeBotAPI, tmp_path: 
     configure(tmp_path)
     enqueue(1)
     assert run_cli(["process"]).code == 0 and len(fake.messages) == 1  # alerted: none owed
-    assert _imports_telegram(["--help"], ["enqueue", "x", '{"n": 1}'], ["status"],
-                             ["alert"]) == [(0, False)] * 4
+    assert (
+        _imports_telegram(["--help"], ["enqueue", "x", '{"n": 1}'], ["status"], ["alert"])
+        == [(0, False)] * 4
+    )
     write_config("[types.x]\ncommand = " + handler_script(tmp_path, "ok", "print('ok')") + "\n")
     assert _imports_telegram(["process"]) == [(0, False)]  # one done, nothing owed
     configure(tmp_path)
@@ -458,10 +486,11 @@ def test_telegram_imported_only_to_send(book: Book, fake: FakeBotAPI, tmp_path: 
 
 def test_alerts_package_import_is_light() -> None:
     """Importing sheetq.alerts (and its message builder) does not import telegram."""
-    code = ("import sys, sheetq.alerts, sheetq.alerts.message, sheetq.alerts.telegram, "
-            "sheetq.cli.alert\nprint('telegram' in sys.modules)")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60)
+    code = (
+        "import sys, sheetq.alerts, sheetq.alerts.message, sheetq.alerts.telegram, "
+        "sheetq.cli.alert\nprint('telegram' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "False", done.stderr
 
 
@@ -484,8 +513,9 @@ def test_without_token_alerts_are_off(book: Book, tmp_path: Path) -> None:
 # --- sheetq alert ---------------------------------------------------------------------------
 
 
-def test_alert_command_sends_owed(book: Book, fake: FakeBotAPI, tmp_path: Path,
-                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_alert_command_sends_owed(
+    book: Book, fake: FakeBotAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`sheetq alert` sends what runs without a token left owed, in 3 store requests."""
     configure(tmp_path)
     with monkeypatch.context() as m:
@@ -504,8 +534,9 @@ def test_alert_command_sends_owed(book: Book, fake: FakeBotAPI, tmp_path: Path,
     assert r.code == 0 and "no alerts owed" in r.stdout and len(fake.messages) == 1
 
 
-def test_alert_command_exit_codes(book: Book, fake: FakeBotAPI, tmp_path: Path,
-                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_alert_command_exit_codes(
+    book: Book, fake: FakeBotAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`sheetq alert`: exit 1 when Telegram is down (still owed), 2 without configuration."""
     configure(tmp_path)
     with monkeypatch.context() as m:
@@ -522,8 +553,9 @@ def test_alert_command_exit_codes(book: Book, fake: FakeBotAPI, tmp_path: Path,
     assert_owed(book, ids)
 
 
-def test_alert_command_defers_to_a_running_process(book: Book, fake: FakeBotAPI,
-                                                    tmp_path: Path) -> None:
+def test_alert_command_defers_to_a_running_process(
+    book: Book, fake: FakeBotAPI, tmp_path: Path
+) -> None:
     """While a process run holds the queue on this host, `sheetq alert` sends nothing."""
     from filelock import FileLock
 
@@ -562,19 +594,23 @@ def test_repository_template_matches_packaged_one() -> None:
 def test_custom_template_is_used(book: Book, fake: FakeBotAPI, tmp_path: Path) -> None:
     """[telegram] template points at a copy people edit; its text is what is sent."""
     custom = tmp_path / "work" / "mine.html"
-    custom.write_text("[header]\n<b>Упало $count</b>\n[row]\n- $task_id ($error_class)\n"
-                      "[more]\nещё $more\n", encoding="utf-8")
+    custom.write_text(
+        "[header]\n<b>Упало $count</b>\n[row]\n- $task_id ($error_class)\n[more]\nещё $more\n",
+        encoding="utf-8",
+    )
     configure(tmp_path, extra='\n[telegram]\ntemplate = "mine.html"\n')
     (task_id,) = enqueue(1)
     process()
     assert fake.messages[0]["plain_text"] == f"Упало 1\n- {task_id} (permanent)"
 
 
-def test_broken_template_falls_back_to_default(book: Book, fake: FakeBotAPI,
-                                               tmp_path: Path) -> None:
+def test_broken_template_falls_back_to_default(
+    book: Book, fake: FakeBotAPI, tmp_path: Path
+) -> None:
     """An invalid template is reported and the default one is used: the alert still goes."""
-    (tmp_path / "work" / "bad.html").write_text("[header]\n$nope\n[row]\n$task_id\n",
-                                                encoding="utf-8")
+    (tmp_path / "work" / "bad.html").write_text(
+        "[header]\n$nope\n[row]\n$task_id\n", encoding="utf-8"
+    )
     configure(tmp_path, extra='\n[telegram]\ntemplate = "bad.html"\n')
     ids = enqueue(1)
     doc = process()
@@ -583,9 +619,10 @@ def test_broken_template_falls_back_to_default(book: Book, fake: FakeBotAPI,
     assert_marked(book, ids)
 
 
-def test_missing_topic_falls_back_to_the_chat(book: Book, fake: FakeBotAPI, tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """"message thread not found": re-sent without the topic, with a note to check it."""
+def test_missing_topic_falls_back_to_the_chat(
+    book: Book, fake: FakeBotAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ "message thread not found": re-sent without the topic, with a note to check it."""
     configure(tmp_path)
     ids = enqueue(1)
     monkeypatch.setenv("TELEGRAM_THREAD_ID", "77")

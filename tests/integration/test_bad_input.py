@@ -138,3 +138,24 @@ def test_help_for_every_command_has_an_example() -> None:
         r = run_cli([name, "--help"])
         assert r.code == 0, (name, r.stderr)
         assert "Example" in r.stdout, name
+
+
+def test_foreign_sqlite_file_is_never_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pointing sheetq (even `init`) at another program's SQLite file: exit 2, file unchanged."""
+    import sqlite3
+
+    path = tmp_path / "crm.db"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE customers (id INTEGER, name TEXT)")
+    db.execute("INSERT INTO customers VALUES (1, 'Юлія')")
+    db.commit()
+    db.close()
+    before = path.read_bytes()
+    monkeypatch.setenv("SHEETQ_SPREADSHEET", f"local:{path}")
+    for args in (["status"], ["init"], ["enqueue", "t", "{}"]):
+        r = run_cli(args)
+        assert r.code == 2 and "not a sheetq workbook" in _one_line(r.stderr), r.stderr
+    assert path.read_bytes() == before
+    assert not (tmp_path / "crm.db-wal").exists()

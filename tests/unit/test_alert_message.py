@@ -22,11 +22,26 @@ TOKEN = "123456:TEST-token_abcdefghijklmnopqrstuvwxyz012345"
 GOOGLE_LINK = "https://docs.google.com/spreadsheets/d/KEY/edit#gid=0&range=A{row}"
 
 
-def item(n: int = 1, *, error: str = "bad data", error_class: str = "permanent",
-         owner: str = "", link: str = "", task_type: str = "lead") -> AlertItem:
+def item(
+    n: int = 1,
+    *,
+    error: str = "bad data",
+    error_class: str = "permanent",
+    owner: str = "",
+    link: str = "",
+    task_type: str = "lead",
+) -> AlertItem:
     task_id = f"t_{n:04d}"
-    return AlertItem(task_id=task_id, type=task_type, error_class=error_class, attempts=2,
-                     error=error, row=n + 1, owner=owner, link=link or task_id)
+    return AlertItem(
+        task_id=task_id,
+        type=task_type,
+        error_class=error_class,
+        attempts=2,
+        error=error,
+        row=n + 1,
+        owner=owner,
+        link=link or task_id,
+    )
 
 
 def visible(html_text: str) -> str:
@@ -39,8 +54,16 @@ def test_lists_count_and_every_field() -> None:
     msg = build_message([item(1, owner="sales"), item(2)], queue="Queue", spreadsheet="CRM")
     text = visible(msg.html)
     assert text.startswith("🚨 sheetq: 2 tasks failed in Queue (CRM)")
-    for part in ("t_0001", "lead", "permanent after 2 attempt(s)", "bad data", "owner: sales",
-                 "row 2", "t_0002", "row 3"):
+    for part in (
+        "t_0001",
+        "lead",
+        "permanent after 2 attempt(s)",
+        "bad data",
+        "owner: sales",
+        "row 2",
+        "t_0002",
+        "row 3",
+    ):
         assert part in text
     assert msg.covered == ["t_0001", "t_0002"] and msg.listed == 2
 
@@ -77,8 +100,10 @@ def test_errors_are_shortened_and_on_one_line() -> None:
 
 def test_token_and_secrets_are_redacted() -> None:
     """The bot token (given or by its shape) and bearer tokens never reach the message."""
-    msg = build_message([item(1, error=f"url /bot{TOKEN}/x Bearer abcdefghijklmnop",
-                               task_type=TOKEN)], secrets=[TOKEN])
+    msg = build_message(
+        [item(1, error=f"url /bot{TOKEN}/x Bearer abcdefghijklmnop", task_type=TOKEN)],
+        secrets=[TOKEN],
+    )
     for text in (msg.html, msg.plain):
         assert TOKEN not in text and "abcdefghijklmnop" not in text
         assert "[redacted]" in text
@@ -105,14 +130,17 @@ def test_google_link_is_an_anchor() -> None:
     plain, entities = parse_entities(msg.html, "HTML")
     assert "open row 5" in plain
     assert {"type": "text_link", "url": url} in [
-        {k: e[k] for k in ("type", "url")} for e in entities if e["type"] == "text_link"]
+        {k: e[k] for k in ("type", "url")} for e in entities if e["type"] == "text_link"
+    ]
     assert url in msg.plain
 
 
 def test_many_rows_fit_in_one_message() -> None:
     """300 rows: ≤ 4,096 characters, the rest as "and N more", all 300 covered."""
-    items = [item(n, error="e" * 400, owner="ops", link=GOOGLE_LINK.format(row=n + 1))
-             for n in range(300)]
+    items = [
+        item(n, error="e" * 400, owner="ops", link=GOOGLE_LINK.format(row=n + 1))
+        for n in range(300)
+    ]
     msg = build_message(items)
     assert len(msg.html) <= MAX_CHARS and len(msg.plain) <= MAX_CHARS
     assert len(visible(msg.html)) <= MAX_CHARS
@@ -146,20 +174,25 @@ def test_template_comments_are_not_sent() -> None:
 def test_custom_template(tmp_path: Path) -> None:
     """A custom template file is read and its sections used."""
     path = tmp_path / "t.html"
-    path.write_text("## mine\n[header]\n<b>$count</b> in $queue\n[row]\n* $task_id $$5\n"
-                    "[more]\n+$more\n", encoding="utf-8")
+    path.write_text(
+        "## mine\n[header]\n<b>$count</b> in $queue\n[row]\n* $task_id $$5\n[more]\n+$more\n",
+        encoding="utf-8",
+    )
     msg = build_message([item(1), item(2)], template=load_template(path), queue="Leads")
     assert visible(msg.html) == "2 in Leads\n* t_0001 $5\n* t_0002 $5"
 
 
-@pytest.mark.parametrize(("text", "problem"), [
-    ("[header]\nx\n", "[row] section is missing"),
-    ("[row]\n$task_id\n", "[header] section is missing"),
-    ("hello\n[header]\nx\n[row]\ny\n", "text before the first section"),
-    ("[header]\n$task_id\n[row]\nx\n", "unknown placeholder(s) $task_id"),
-    ("[header]\nx\n[row]\ncost 5$\n", "write $$ for a literal $"),
-    ("[header]\nx\n[row]\ny\n[row]\nz\n", "[row] appears twice"),
-])
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("[header]\nx\n", "[row] section is missing"),
+        ("[row]\n$task_id\n", "[header] section is missing"),
+        ("hello\n[header]\nx\n[row]\ny\n", "text before the first section"),
+        ("[header]\n$task_id\n[row]\nx\n", "unknown placeholder(s) $task_id"),
+        ("[header]\nx\n[row]\ncost 5$\n", "write $$ for a literal $"),
+        ("[header]\nx\n[row]\ny\n[row]\nz\n", "[row] appears twice"),
+    ],
+)
 def test_invalid_templates_are_refused(text: str, problem: str) -> None:
     """A template with a problem is refused with a message naming it."""
     with pytest.raises(TemplateError, match=None) as caught:
@@ -185,11 +218,27 @@ def test_default_template_is_valid_and_documented() -> None:
     """The packaged template parses and documents every placeholder it accepts."""
     tpl = default_template()
     assert {"header", "auth", "row", "more", "footer"} <= set(tpl.sections)
-    text = (Path(__file__).resolve().parents[2] / "sheetq" / "templates" / "alert.html"
-            ).read_text(encoding="utf-8")
-    for name in ("$count", "$tasks", "$queue", "$spreadsheet", "$auth_count", "$auth_tasks",
-                 "$auth_types", "$task_id", "$type", "$error_class", "$attempts", "$error",
-                 "$owner", "$row", "$link", "$more"):
+    text = (Path(__file__).resolve().parents[2] / "sheetq" / "templates" / "alert.html").read_text(
+        encoding="utf-8"
+    )
+    for name in (
+        "$count",
+        "$tasks",
+        "$queue",
+        "$spreadsheet",
+        "$auth_count",
+        "$auth_tasks",
+        "$auth_types",
+        "$task_id",
+        "$type",
+        "$error_class",
+        "$attempts",
+        "$error",
+        "$owner",
+        "$row",
+        "$link",
+        "$more",
+    ):
         assert name in text
 
 
