@@ -30,7 +30,7 @@ from sheetq.model import (
 )
 from sheetq.redact import shorten
 from sheetq.retry import Decision, Outcome, decide
-from sheetq.store.base import AppendRow, CellValue, ChangeSet, Row, UpdateRow
+from sheetq.store.base import AppendRow, CellValue, ChangeSet, Row, UpdateRow, cell_text
 from sheetq.times import Unparseable, format_ts, parse_ts
 
 # Columns a `process` scan needs: everything but the large text cells.
@@ -84,18 +84,6 @@ def as_int(value: CellValue) -> int:
         return 0
 
 
-def _text(value: CellValue) -> str:
-    if type(value) is str:
-        return value
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "TRUE" if value else "FALSE"
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
-
-
 class QueueRow:
     """One Queue row, parsed leniently and lazily (a 50,000-row scan only parses what the
     decision reads). ``status`` is ``None`` for text sheetq does not know."""
@@ -110,7 +98,7 @@ class QueueRow:
         self._locale = locale
 
     def _get(self, column: str) -> str:
-        return _text(self.raw.values.get(column)).strip()
+        return cell_text(self.raw.values.get(column)).strip()
 
     def _time(self, column: str) -> datetime | Unparseable | None:
         return parse_ts(self.raw.values.get(column), self._tz, self._locale)
@@ -171,9 +159,9 @@ def parse_rows(rows: Iterable[Row], tz: tzinfo, locale: str) -> list[QueueRow]:
     out: list[QueueRow] = []
     for raw in rows:
         values = raw.values
-        task_id = _text(values.get("task_id")).strip()
+        task_id = cell_text(values.get("task_id")).strip()
         if task_id:
-            out.append(QueueRow(raw, task_id, _text(values.get("status")), tz, locale))
+            out.append(QueueRow(raw, task_id, cell_text(values.get("status")), tz, locale))
     return out
 
 

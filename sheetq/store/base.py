@@ -101,21 +101,27 @@ class Read:
     rows: tuple[int, ...] | None = None
 
 
+def cell_text(value: CellValue) -> str:
+    """A cell as text: ``""`` for empty, ``TRUE``/``FALSE``, numbers without a needless ``.0``."""
+    if type(value) is str:
+        return value
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
 @dataclass
 class Row:
     number: int
     values: dict[str, CellValue]
 
     def text(self, column: str) -> str:
-        """The cell as text; numbers without a needless ``.0``."""
-        value = self.values.get(column)
-        if value is None:
-            return ""
-        if isinstance(value, bool):
-            return "TRUE" if value else "FALSE"
-        if isinstance(value, float) and value.is_integer():
-            return str(int(value))
-        return str(value)
+        """The cell as text (see ``cell_text``)."""
+        return cell_text(self.values.get(column))
 
 
 @dataclass

@@ -190,6 +190,17 @@ def _columns(header: Sequence[str]) -> dict[str, int]:
     return out
 
 
+def _grid_header(sheet: Mapping[str, Any]) -> list[str]:
+    """The header row of a sheet fetched with grid data (``spreadsheets.get``), trimmed."""
+    header: list[str] = []
+    for block in sheet.get("data", []) or []:
+        for row in (block.get("rowData") or [])[:1]:
+            header = [str(v.get("formattedValue", "")).strip() for v in row.get("values", [])]
+    while header and not header[-1]:
+        header.pop()
+    return header
+
+
 def _cell_data(value: CellValue) -> dict[str, Any]:
     """A value as ``CellData``: text is ``stringValue`` (never parsed), numbers ``numberValue``."""
     if value is None or value == "":
@@ -399,14 +410,7 @@ class GoogleStore:
         for sheet in meta.get("sheets", []):
             props = sheet.get("properties", {})
             title = str(props.get("title", ""))
-            header: list[str] = []
-            for block in sheet.get("data", []) or []:
-                for row in (block.get("rowData") or [])[:1]:
-                    header = [
-                        str(v.get("formattedValue", "")).strip() for v in row.get("values", [])
-                    ]
-            while header and not header[-1]:
-                header.pop()
+            header = _grid_header(sheet)
             sheet_id = int(props.get("sheetId", 0))
             self._sheets[title] = _Sheet(title, sheet_id, tuple(header), _columns(header))
             sheets[title] = SheetInfo(
@@ -463,14 +467,7 @@ class GoogleStore:
             props = sheet.get("properties", {})
             if props.get("title") != title:
                 continue
-            header: list[str] = []
-            for block in sheet.get("data", []) or []:
-                for row in (block.get("rowData") or [])[:1]:
-                    header = [
-                        str(v.get("formattedValue", "")).strip() for v in row.get("values", [])
-                    ]
-            while header and not header[-1]:
-                header.pop()
+            header = _grid_header(sheet)
             self._sheets[title] = _Sheet(
                 title, int(props.get("sheetId", 0)), tuple(header), _columns(header)
             )
