@@ -110,7 +110,7 @@ def requeue(
       sheetq requeue --task t_01JDF3K4Z8Q9W2E5R7T1Y3U6I0 --reset-attempts
     """
     from sheetq.model import ErrorClass, Status, new_run_id
-    from sheetq.queue import plan_requeue
+    from sheetq.operations import plan_requeue
 
     wanted: list[Status] = (
         _statuses(statuses) if statuses else ([] if task_ids else [Status.FAILED])
@@ -152,7 +152,7 @@ def skip(
       sheetq skip --task t_01JDF3K4Z8Q9W2E5R7T1Y3U6I0 --reason "customer called, done by hand"
     """
     from sheetq.model import new_run_id
-    from sheetq.queue import plan_skip
+    from sheetq.operations import plan_skip
 
     _change(
         "skip",
