@@ -446,7 +446,7 @@ def _denied(status: int, who: str, email: str) -> Check:
 
 def check_credentials(settings: Settings) -> tuple[Check, str]:
     """The credentials line and the service account's e-mail (``""`` when unknown)."""
-    from sheetq.store.google import credentials_for
+    from sheetq.store.google_auth import credentials_for
 
     path, email, what = settings.credentials, "", "credentials"
     if path:

@@ -24,15 +24,12 @@ recognisable), so a retried write never duplicates a row.
 
 from __future__ import annotations
 
-import ipaddress
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from sheetq.errors import (
-    ConfigError,
     LeaseConflict,
     SchemaError,
     StoreError,
@@ -53,12 +50,11 @@ from sheetq.store.base import (
     WorkbookInfo,
     column_letter,
 )
+from sheetq.store.google_auth import GOOGLE_API, credentials_for, session_for, spreadsheet_key
 
 if TYPE_CHECKING:
     from sheetq.config import Settings
 
-GOOGLE_API = "https://sheets.googleapis.com"
-SCOPES = ["https://www.googleapis.com/auth/spreadsheets"]
 RETRY_ATTEMPTS = 8
 RETRY_BUDGET = 120.0  # seconds, all attempts of one request together
 _OPEN_FIELDS = (
@@ -90,88 +86,6 @@ class AccessDenied(StoreError):
 def quote_title(title: str) -> str:
     """A title as an A1 prefix: always quoted, quotes doubled (``Jon's`` → ``'Jon''s'``)."""
     return "'" + title.replace("'", "''") + "'"
-
-
-def spreadsheet_key(target: str) -> str:
-    """The key from a Google Sheets URL, or the key itself."""
-    target = target.strip()
-    if "/" in target or target.startswith("http"):
-        from gspread.utils import extract_id_from_url
-
-        try:
-            return str(extract_id_from_url(target))
-        except Exception as exc:  # gspread raises NoValidUrlKeyFound
-            raise ConfigError(
-                f"SHEETQ_SPREADSHEET: cannot find a spreadsheet key in {target!r}; use the URL "
-                "https://docs.google.com/spreadsheets/d/KEY/edit or the KEY itself"
-            ) from exc
-    if not target or any(c.isspace() for c in target):
-        raise ConfigError(f"SHEETQ_SPREADSHEET: {target!r} is not a spreadsheet key")
-    return target
-
-
-def _is_loopback_http(url: str) -> bool:
-    parts = urlsplit(url)
-    if parts.scheme != "http" or not parts.hostname:
-        return False
-    if parts.hostname == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(parts.hostname).is_loopback
-    except ValueError:
-        return False
-
-
-def _session(base_url: str, credentials: Any | None) -> Any:
-    """A requests session for gspread that sends Google's URLs to ``base_url``."""
-    import requests
-
-    if credentials is None:
-        parent: type = requests.Session
-    else:
-        from google.auth.transport.requests import AuthorizedSession
-
-        parent = AuthorizedSession
-
-    class RedirectingSession(parent):  # type: ignore[misc]  # base chosen at run time
-        def request(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
-            if base_url != GOOGLE_API and url.startswith(GOOGLE_API):
-                url = base_url + url[len(GOOGLE_API) :]
-            return super().request(method, url, *args, **kwargs)
-
-    session = RedirectingSession() if credentials is None else RedirectingSession(credentials)
-    session.trust_env = not _is_loopback_http(base_url)
-    return session
-
-
-def credentials_for(settings: Settings) -> Any | None:
-    """Service-account JSON from GOOGLE_APPLICATION_CREDENTIALS, else Application Default
-    Credentials; ``None`` for an ``http://`` loopback endpoint without credentials."""
-    path = settings.credentials
-    if not path and _is_loopback_http(settings.sheets_api_url):
-        return None
-    try:
-        if path:
-            from google.oauth2.service_account import Credentials
-
-            return Credentials.from_service_account_file(  # type: ignore[no-untyped-call]
-                path, scopes=SCOPES
-            )
-        import google.auth
-
-        creds, _project = google.auth.default(scopes=SCOPES)
-        return creds
-    except FileNotFoundError:
-        raise ConfigError(f"GOOGLE_APPLICATION_CREDENTIALS: no such file {path!r}") from None
-    except (ValueError, KeyError) as exc:
-        raise ConfigError(
-            f"GOOGLE_APPLICATION_CREDENTIALS: {path!r} is not a service-account JSON key ({exc})"
-        ) from None
-    except Exception as exc:  # google.auth.exceptions.DefaultCredentialsError
-        raise ConfigError(
-            "no Google credentials: set GOOGLE_APPLICATION_CREDENTIALS to a service-account "
-            f"JSON key file, or configure Application Default Credentials ({exc})"
-        ) from None
 
 
 @dataclass
@@ -254,7 +168,7 @@ class GoogleStore:
 
         key = spreadsheet_key(settings.spreadsheet)
         credentials = credentials_for(settings)
-        session = _session(settings.sheets_api_url, credentials)
+        session = session_for(settings.sheets_api_url, credentials)
         # auth=None: the session carries the credentials (gspread's documented escape hatch)
         client = gspread.Client(auth=None, session=session)  # type: ignore[arg-type]
         client.set_timeout((10, 90))
