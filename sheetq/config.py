@@ -378,8 +378,11 @@ def load_settings(
         for name, value in raw.get("types", {}).items()
     }
 
-    sheet = spreadsheet or env.get("SHEETQ_SPREADSHEET") or str(queue.get("spreadsheet", ""))
-    sheet = sheet.strip()
+    sheet = (spreadsheet or env.get("SHEETQ_SPREADSHEET") or "").strip()
+    if not sheet:
+        sheet = str(queue.get("spreadsheet", "")).strip()
+        if sheet.startswith("local:") and not Path(sheet[6:]).expanduser().is_absolute():
+            sheet = f"local:{base_dir / sheet[6:]}"  # like handlers: relative to sheetq.toml
     if require_spreadsheet and not sheet:
         raise ConfigError(
             "no spreadsheet given: set SHEETQ_SPREADSHEET (or pass --spreadsheet) to a Google "

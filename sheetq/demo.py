@@ -24,6 +24,7 @@ from sheetq.errors import FailTask, RetryTask
 from sheetq.model import Task
 from sheetq.retry import RetryPolicy
 
+MARKER = ".sheetq-demo"  # a directory holding this may be reused by the next demo
 DEMO_CONFIG = """\
 # sheetq demo configuration: the handlers live in the sheetq package (sheetq.demo).
 [types.welcome]
@@ -108,6 +109,7 @@ def run_demo(
     from sheetq.store.sqlite import SqliteStore
 
     directory.mkdir(parents=True, exist_ok=True)
+    (directory / MARKER).write_text("made by `sheetq demo`; safe to delete\n", encoding="utf-8")
     path = directory / "demo.db"
     if path.exists():
         path.unlink()

@@ -62,6 +62,15 @@ class LeaseConflict(StoreError):
     """Another run holds or replaced the queue's run lease."""
 
 
+class Interrupted(BaseException):
+    """sheetq was asked to stop (SIGINT or SIGTERM). ``exit_code`` is 128 + the signal."""
+
+    def __init__(self, message: str = "", exit_code: int = 130) -> None:
+        super().__init__(message)
+        self.message = message
+        self.exit_code = exit_code
+
+
 # --- handler signals -------------------------------------------------------
 
 

@@ -37,6 +37,8 @@ def parse_payload(text: str, *, where: str = "payload") -> dict[str, Any]:
         ) from None
     except ValueError as exc:
         raise InputError(f"{where}: {exc}") from None
+    except RecursionError:
+        raise InputError(f"{where}: nested too deeply to be a task payload") from None
     if not isinstance(value, dict):
         kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
             type(value), "a number"
@@ -58,8 +60,20 @@ def _nfc(value: Any) -> Any:
 
 
 def canonical_json(payload: Any) -> str:
-    """The canonical text of a payload; also what ``payload_json`` holds."""
-    return json.dumps(_nfc(payload), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """The canonical text of a payload; also what ``payload_json`` holds.
+
+    Raises ``InputError`` for text that is not valid Unicode (an unpaired surrogate such as
+    ``"\\ud800"``, which JSON allows but UTF-8 cannot carry).
+    """
+    text = json.dumps(_nfc(payload), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InputError(
+            f"payload: invalid Unicode at character {exc.start}: an unpaired surrogate "
+            f"({text[exc.start]!r}) cannot be stored"
+        ) from None
+    return text
 
 
 def payload_hash(canonical: str) -> str:
@@ -99,10 +113,14 @@ def _dotted(payload: dict[str, Any], path: str) -> Any:
 
 
 def clean_explicit_key(key: str) -> str:
-    """``--key K``: trimmed, non-empty, at most 200 characters."""
-    cleaned = key.strip()
+    """``--key K``: trimmed, NFC-normalised like payloads, no control characters (tab,
+    newline…), non-empty, at most 200 characters."""
+    cleaned = unicodedata.normalize("NFC", key.strip())
     if not cleaned:
         raise InputError("--key: empty after trimming spaces")
+    bad = next((c for c in cleaned if unicodedata.category(c) in ("Cc", "Cs")), None)
+    if bad is not None:
+        raise InputError(f"--key: contains the control character {bad!r}; keys are one line")
     if len(cleaned) > MAX_KEY_CHARS:
         raise InputError(f"--key: {len(cleaned)} characters; at most {MAX_KEY_CHARS} allowed")
     return cleaned

@@ -12,7 +12,8 @@ import os
 
 from sheetq.redact import redact
 
-_QUIET = ("httpx", "httpcore", "telegram", "telegram.ext", "urllib3", "google", "gspread")
+_QUIET = ("httpx", "httpcore", "telegram", "telegram.ext", "urllib3", "gspread")
+_SILENT = ("google", "google.auth")  # its warnings repeat what sheetq says in its own words
 
 
 class RedactingFilter(logging.Filter):
@@ -48,3 +49,5 @@ def configure(verbose: int) -> None:
     logging.getLogger("sheetq").setLevel(level)
     for name in _QUIET:
         logging.getLogger(name).setLevel(logging.WARNING)
+    for name in _SILENT:
+        logging.getLogger(name).setLevel(logging.ERROR if verbose < 2 else logging.DEBUG)

@@ -39,7 +39,7 @@ def plan_requeue(
         r
         for r in rows
         if (not wanted_ids or r.task_id in wanted_ids)
-        and (r.status in statuses if not wanted_ids or statuses else True)
+        and r.status in statuses
         and r.status is not Status.PROCESSING
         and (not types or r.type in types)
         and (not error_classes or r.error_class in error_classes)
@@ -87,13 +87,11 @@ def plan_skip(
     reason: str = "",
     run_id: str = "",
 ) -> tuple[list[QueueRow], ChangeSet]:
-    """Rows to ``skipped`` by hand (not ``processing`` ones, not already finished ``done``)."""
+    """Waiting or failed rows to ``skipped`` by hand (never ``processing``, ``done`` or
+    already ``skipped`` ones)."""
     wanted = set(task_ids)
-    picked = [
-        r
-        for r in rows
-        if r.task_id in wanted and r.status is not Status.PROCESSING and r.status is not Status.DONE
-    ]
+    allowed = (Status.PENDING, Status.RETRY, Status.FAILED)
+    picked = [r for r in rows if r.task_id in wanted and r.status in allowed]
     changes = ChangeSet()
     stamp = format_ts(now)
     message = f"skipped with `sheetq skip`{': ' + reason if reason else ''}"

@@ -371,7 +371,8 @@ def plan_batch(
             plan.invalid_times.append(f"{row.task_id}: next_retry_at {row.next_retry_at.text!r}")
         # Step 3: too old to be worth running. Age counts from when the task became due:
         # its creation, or its not-before time (a delayed task, a backoff, a requeue).
-        due_since = row.next_retry_at if isinstance(row.next_retry_at, datetime) else row.created
+        times = [t for t in (row.created, row.next_retry_at) if isinstance(t, datetime)]
+        due_since = max(times) if times else None
         if (
             config.policy.max_age is not None
             and due_since is not None

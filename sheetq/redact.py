@@ -84,3 +84,8 @@ def tail(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     return "…" + text[-(limit - 1) :].lstrip()
+
+
+def plural(count: int, word: str) -> str:
+    """``1 alert``, ``2 alerts``."""
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"

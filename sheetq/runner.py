@@ -25,7 +25,7 @@ from sheetq.alerts.owed import FRESH_POSITIONS, AlertItem, Notifier, mark_alerte
 from sheetq.alerts.owed import owed as owed_alerts
 from sheetq.clock import Clock
 from sheetq.config import Settings, TypeConfig
-from sheetq.errors import LeaseConflict, StoreError
+from sheetq.errors import Interrupted, LeaseConflict, StoreError
 from sheetq.handlers import run_reconcile, run_task
 from sheetq.idempotency import parse_payload
 from sheetq.model import ErrorClass, Event, Status, Task, new_run_id
@@ -39,11 +39,11 @@ from sheetq.queue import (
     plan_batch,
     release,
 )
-from sheetq.redact import redact
+from sheetq.redact import plural, redact
 from sheetq.retry import Decision, Outcome, decide
 from sheetq.schema import check_schema
 from sheetq.store.base import ChangeSet, LeaseChange, Read, Row, Store, UpdateRow
-from sheetq.times import zone
+from sheetq.times import format_ts, zone
 
 log = logging.getLogger("sheetq.runner")
 
@@ -75,6 +75,7 @@ class RunSummary:
     alerts_owed: int = 0
     seconds: float = 0.0
     locked: str = ""  # why the run did not take the queue, if it did not
+    interrupted: str = ""  # the task running when SIGINT/SIGTERM arrived
     would_claim: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     open_circuits: dict[str, str] = field(default_factory=dict)
@@ -118,6 +119,26 @@ def lock_path(settings: Settings) -> Path:
     digest = hashlib.sha256(ident.encode()).hexdigest()[:16]
     slug = re.sub(r"[^A-Za-z0-9]+", "-", settings.queue_sheet).strip("-")[:30] or "queue"
     return settings.lock_dir / f"{slug}-{digest}.lock"
+
+
+def host_lock(settings: Settings, *, timeout: float = 0) -> Any:
+    """The host lock file of this queue (a ``filelock.FileLock``, not yet acquired).
+
+    Raises ``ConfigError`` (exit 2) when ``SHEETQ_LOCK_DIR`` cannot be created.
+    """
+    from filelock import FileLock
+
+    from sheetq.errors import ConfigError
+
+    path = lock_path(settings)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"SHEETQ_LOCK_DIR: cannot create {path.parent} ({exc.strerror or exc}); set it to "
+            "a writable directory"
+        ) from None
+    return FileLock(str(path), timeout=timeout)
 
 
 def lease_name(queue_sheet: str) -> str:
@@ -176,14 +197,13 @@ class Runner:
 
     def run(self, options: RunOptions) -> RunSummary:
         """One run. Returns the summary; raises ``SheetqError`` when the run itself broke."""
-        from filelock import FileLock, Timeout
+        from filelock import Timeout
 
         self._started = self.clock.monotonic()
-        path = lock_path(self.settings)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        host_lock = FileLock(str(path), timeout=0)
+        lock = host_lock(self.settings)
+        path = lock.lock_file
         try:
-            host_lock.acquire()
+            lock.acquire()
         except Timeout:
             self.summary.locked = (
                 f"another sheetq process on this host is processing this queue ({path})"
@@ -192,7 +212,7 @@ class Runner:
         try:
             self._run_locked(options)
         finally:
-            host_lock.release()
+            lock.release()
         return self._finish()
 
     def _finish(self) -> RunSummary:
@@ -254,7 +274,7 @@ class Runner:
     def _note(self, message: str) -> None:
         if message not in self.summary.notes:
             self.summary.notes.append(message)
-            log.warning(message)
+            log.info(message)  # the CLI prints the notes; logging them too would say it twice
 
     def _scan(self) -> list[QueueRow]:
         (snap,) = self.store.read([Read(self.settings.queue_sheet, SCAN_COLUMNS)])
@@ -398,15 +418,21 @@ class Runner:
         assert plan.lease_until is not None
         for claim in give_back:
             results.extend(self._release(claim, "row moved between claim and read-back"))
-        for claim, row in keep:
-            config = self.settings.type_config(claim.row.type)
-            reason = self._cannot_start(claim, config, plan.lease_until, options)
-            if reason:
-                results.extend(self._release(claim, reason))
-                continue
-            self._wait_rate_limit(config)
-            results.extend(self._run_one(claim, row, config))
-            ran_any = True
+        stop: BaseException | None = None
+        for index, (claim, row) in enumerate(keep):
+            try:
+                config = self.settings.type_config(claim.row.type)
+                reason = self._cannot_start(claim, config, plan.lease_until, options)
+                if reason:
+                    results.extend(self._release(claim, reason))
+                    continue
+                self._wait_rate_limit(config)
+                results.extend(self._run_one(claim, row, config))
+                ran_any = True
+            except (KeyboardInterrupt, Interrupted) as exc:
+                stop = exc
+                results.extend(self._interrupted(claim, [c for c, _ in keep[index + 1 :]]))
+                break
         results.lease = LeaseChange(self._lease_name, None, self._lease)
         try:
             applied = self.store.apply(results)
@@ -426,7 +452,32 @@ class Runner:
             self._located_at = self.clock.monotonic()
         for key in applied.missing:
             self._note(f"{key}: row deleted by a person before its result was written")
+        if stop is not None:
+            code = stop.exit_code if isinstance(stop, Interrupted) else 130
+            raise Interrupted(
+                f"{self.summary.interrupted}: its outcome is unknown and the next run recovers "
+                f"it as a lost outcome; {self.summary.released} unstarted task(s) released",
+                code,
+            ) from None
         return ran_any
+
+    def _interrupted(self, current: Claim, unstarted: Sequence[Claim]) -> ChangeSet:
+        """Asked to stop mid-task (the handler was killed with its process group): the current
+        task keeps ``processing`` with its lease ended now, so the next run recovers it at once
+        per ``on_unknown`` (as after a crash); unstarted tasks are released."""
+        changes = ChangeSet()
+        changes.updates.append(
+            UpdateRow(
+                self.settings.queue_sheet,
+                current.row.task_id,
+                current.row.row,
+                {"lease_until": format_ts(self.clock.now())},
+            )
+        )
+        self.summary.interrupted = current.row.task_id
+        for claim in unstarted:
+            changes.extend(self._release(claim, "the run was interrupted"))
+        return changes
 
     def _cannot_start(
         self, claim: Claim, config: TypeConfig, lease_until: datetime, options: RunOptions
@@ -639,7 +690,7 @@ def summary_line(summary: RunSummary) -> str:
     if summary.alerts_sent:
         parts.append(f"{summary.alerts_sent} alerted")
     if summary.alerts_owed:
-        parts.append(f"{summary.alerts_owed} alerts owed")
+        parts.append(plural(summary.alerts_owed, "alert") + " owed")
     for name, why in summary.open_circuits.items():
         parts.append(f"circuit open for {name}: {why}")
     batches = f"{summary.batches} batch" + ("es" if summary.batches != 1 else "")

@@ -91,10 +91,17 @@ def _parse_locale(text: str, locale: str) -> datetime | None:
     return None
 
 
-def parse_duration(text: str | int | float, *, what: str = "duration") -> float:
+MAX_DURATION = 100 * 365 * 86400.0  # seconds; anything longer is a typo
+
+
+def parse_duration(
+    text: str | int | float, *, what: str = "duration", require_unit: bool = False
+) -> float:
     """Seconds in ``"90s"``, ``"10m"``, ``"72h"``, ``"1h30m"``, ``"30d"`` or plain seconds.
 
-    Raises ``ValueError`` naming ``what`` when the text is not a duration.
+    ``require_unit`` (command-line flags) refuses a bare number such as ``30``: days?
+    minutes? Raises ``ValueError`` naming ``what`` when the text is not a duration, or
+    is longer than 100 years.
     """
     if isinstance(text, bool):
         raise ValueError(f"{what}: expected a duration like '10m', got {text!r}")
@@ -104,6 +111,10 @@ def parse_duration(text: str | int | float, *, what: str = "duration") -> float:
         return float(text)
     raw = text.strip()
     if re.fullmatch(r"\d+(\.\d+)?", raw):
+        if require_unit:
+            raise ValueError(
+                f"{what}: {raw!r} needs a unit: '{raw}s', '{raw}m', '{raw}h' or '{raw}d'"
+            )
         return float(raw)
     pos, total = 0, 0.0
     for match in _DURATION_PART.finditer(raw):
@@ -115,6 +126,8 @@ def parse_duration(text: str | int | float, *, what: str = "duration") -> float:
         raise ValueError(
             f"{what}: expected a duration like '90s', '10m', '2h', '1h30m' or '30d', got {text!r}"
         )
+    if total > MAX_DURATION:
+        raise ValueError(f"{what}: {text!r} is longer than 100 years")
     return total
 
 

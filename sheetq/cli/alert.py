@@ -47,13 +47,11 @@ def alert(
     if test:
         _test(settings, as_json)
         return
-    from filelock import FileLock, Timeout
+    from filelock import Timeout
 
-    from sheetq.runner import lock_path
+    from sheetq.runner import host_lock as host_lock_for
 
-    path = lock_path(settings)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    host_lock = FileLock(str(path), timeout=0)
+    host_lock = host_lock_for(settings)
     try:
         host_lock.acquire()
     except Timeout:

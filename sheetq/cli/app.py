@@ -17,7 +17,7 @@ from sheetq.cli import inspect, manage
 from sheetq.cli._context import Context
 from sheetq.cli.enqueue import enqueue
 from sheetq.cli.process import process
-from sheetq.errors import EXIT_FAILURE, EXIT_USAGE, SheetqError
+from sheetq.errors import EXIT_FAILURE, EXIT_USAGE, Interrupted, SheetqError
 
 app = typer.Typer(
     name="sheetq",
@@ -111,15 +111,22 @@ def main(argv: list[str] | None = None) -> int:
     from dotenv import load_dotenv
 
     load_dotenv(".env", override=False)
+    _stop_on_sigterm()
     code = 0
     try:
         result = app(args=argv, prog_name="sheetq", standalone_mode=False)
         code = result if isinstance(result, int) else 0
     except typer.Exit as exc:
         code = exc.exit_code
-    except typer.Abort:
-        sys.stderr.write("sheetq: aborted\n")
-        code = EXIT_FAILURE
+    except Interrupted as exc:
+        sys.stderr.write(
+            f"sheetq: interrupted: {exc.message}\n" if exc.message else "sheetq: interrupted\n"
+        )
+        code = exc.exit_code
+    except typer.Abort as exc:
+        interrupted = isinstance(exc.__cause__, KeyboardInterrupt)
+        sys.stderr.write("sheetq: interrupted\n" if interrupted else "sheetq: aborted\n")
+        code = 130 if interrupted else EXIT_FAILURE
     except SheetqError as exc:
         sys.stderr.write(f"sheetq: error: {exc.message}\n")
         code = exc.exit_code
@@ -135,7 +142,26 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
+def _stop_on_sigterm() -> None:
+    """SIGTERM (systemd, `timeout`, `kill`) stops sheetq like Ctrl-C does: a running handler
+    is killed, unstarted tasks are given back, and the exit code is 143."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def stop(signum: int, _frame: object) -> None:
+        raise Interrupted("stopped by SIGTERM", 128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 def _unexpected(exc: Exception) -> int:
+    ctx = getattr(exc, "ctx", None)
+    if type(exc).__name__ == "NoArgsIsHelpError" and ctx is not None:
+        sys.stdout.write(ctx.get_help() + "\n")  # `sheetq` alone: the help, not an error
+        return 0
     usage = getattr(exc, "format_message", None)
     if usage is not None and hasattr(exc, "exit_code"):
         ctx = getattr(exc, "ctx", None)

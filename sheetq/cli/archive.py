@@ -41,12 +41,13 @@ def archive(
     from sheetq.archive import TASK_IDS_SHOWN, run_archive
     from sheetq.cli.app import state
     from sheetq.model import new_run_id
-    from sheetq.runner import lease_name, lock_path
+    from sheetq.runner import host_lock as host_lock_for
+    from sheetq.runner import lease_name
     from sheetq.schema import check_schema
     from sheetq.times import format_ts, parse_duration
 
     try:
-        seconds = parse_duration(older_than, what="--older-than")
+        seconds = parse_duration(older_than, what="--older-than", require_unit=True)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     settings = state.settings()
@@ -70,16 +71,15 @@ def archive(
     if dry_run:
         report = run()
     else:
-        from filelock import FileLock, Timeout
+        from filelock import Timeout
 
         # Exclusive with `process` on this host: a run holds rows by number between reads.
-        path = lock_path(settings)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        host_lock = FileLock(str(path), timeout=LOCK_WAIT)
+        host_lock = host_lock_for(settings, timeout=LOCK_WAIT)
         try:
             host_lock.acquire()
         except Timeout:
-            warn(f"a sheetq process run on this host holds this queue ({path}); nothing archived")
+            where = host_lock.lock_file
+            warn(f"a sheetq process run on this host holds this queue ({where}); nothing archived")
             if as_json:
                 emit_json({"archived": 0, "dry_run": False, "locked": True})
             return

@@ -31,7 +31,15 @@ def demo(
     import tempfile
 
     from sheetq.cli._output import echo, table
-    from sheetq.demo import run_demo
+    from sheetq.demo import MARKER, run_demo
+    from sheetq.errors import UsageError
 
     target = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="sheetq-demo-"))
+    if target.exists() and not target.is_dir():
+        raise UsageError(f"--dir {directory}: not a directory")
+    if target.is_dir() and any(target.iterdir()) and not (target / MARKER).exists():
+        raise UsageError(
+            f"--dir {directory}: not empty and not an earlier demo; the demo writes "
+            "demo.db and sheetq.toml there, so give it a new or empty directory"
+        )
     run_demo(target.resolve(), echo, lambda title, headers, rows: table(title, headers, rows))

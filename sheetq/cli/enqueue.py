@@ -13,7 +13,8 @@ import typer
 from sheetq.cli._output import echo, emit_json, warn
 from sheetq.errors import ConflictError, InputError, UsageError
 
-TYPE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,99}$")
+# No ":" — it separates the type from the rest of the idempotency key (TYPE:K).
+TYPE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./-]{0,99}$")
 MAX_BAD_LINES_SHOWN = 10
 
 
@@ -47,17 +48,20 @@ def _when(delay: str | None, at: str | None, tz_name: str) -> datetime | None:
         raise UsageError("give --delay or --at, not both")
     if delay:
         try:
-            seconds = parse_duration(delay, what="--delay")
+            seconds = parse_duration(delay, what="--delay", require_unit=True)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         from sheetq.cli.app import state
 
         return state.clock().now() + timedelta(seconds=seconds)
     if at:
-        parsed = parse_ts(at, zone(tz_name))
-        if parsed is None or isinstance(parsed, Unparseable):
+        try:
+            parsed = parse_ts(at, zone(tz_name))
+        except (OverflowError, ValueError):
+            parsed = None
+        if parsed is None or isinstance(parsed, Unparseable) or not 1970 <= parsed.year <= 9999:
             raise UsageError(
-                f"--at: expected an ISO 8601 time like 2026-12-01T09:00:00Z, got {at!r}"
+                f"--at: expected an ISO 8601 time after 1970 like 2026-12-01T09:00:00Z, got {at!r}"
             )
         return parsed
     return None
@@ -116,7 +120,8 @@ def enqueue(
 
     if not TYPE_PATTERN.match(task_type):
         raise UsageError(
-            f"TYPE {task_type!r}: use letters, digits and _ . : / - (at most 100 characters)"
+            f"TYPE {task_type!r}: use a letter or digit, then letters, digits and _ . / - "
+            "(at most 100 characters; no ':', which separates the type in idempotency keys)"
         )
     if jsonl and key is not None:
         raise UsageError("--key cannot be used with --jsonl: every line would share one key")
@@ -193,9 +198,11 @@ def enqueue(
                 }
             )
         else:
+            from sheetq.redact import plural
+
             echo(
                 f"enqueued {counts['enqueued']}, duplicate {counts['duplicate']}, "
-                f"conflict {counts['conflict']} ({len(results)} lines)"
+                f"conflict {counts['conflict']} ({plural(len(results), 'line')})"
             )
             for r in conflicts:
                 warn(

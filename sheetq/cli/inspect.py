@@ -54,7 +54,7 @@ def status(
             created = row.created
             if created is not None:
                 age = (now - created).total_seconds()
-                oldest = age if oldest is None else max(oldest, age)
+                oldest = max(0.0, age if oldest is None else max(oldest, age))
             if settings.type_config(row.type).handler is None:
                 without_handler += 1
             when = row.next_retry_at
@@ -110,10 +110,13 @@ def _row_doc(row: Any) -> dict[str, Any]:
 def list_rows(
     status_filter: Annotated[
         list[str] | None,
-        typer.Option("--status", "-s", help="Only rows with this status (repeatable)."),
+        typer.Option(
+            "--status", "-s", metavar="STATUS", help="Only rows with this status (repeatable)."
+        ),
     ] = None,
     types: Annotated[
-        list[str] | None, typer.Option("--type", "-t", help="Only rows of this type (repeatable).")
+        list[str] | None,
+        typer.Option("--type", "-t", metavar="TYPE", help="Only rows of this type (repeatable)."),
     ] = None,
     limit: Annotated[
         int, typer.Option("--limit", min=0, help="At most this many rows (0: all).")

@@ -83,17 +83,21 @@ def init(
 
 def requeue(
     task_ids: Annotated[
-        list[str] | None, typer.Option("--task", help="This task (repeatable).")
+        list[str] | None, typer.Option("--task", metavar="ID", help="This task (repeatable).")
     ] = None,
     statuses: Annotated[
         list[str] | None,
-        typer.Option("--status", help="Rows with this status (repeatable; default failed)."),
+        typer.Option(
+            "--status", metavar="STATUS", help="Rows with this status (repeatable; default failed)."
+        ),
     ] = None,
     types: Annotated[
-        list[str] | None, typer.Option("--type", "-t", help="Only this type (repeatable).")
+        list[str] | None,
+        typer.Option("--type", "-t", metavar="TYPE", help="Only this type (repeatable)."),
     ] = None,
     error_classes: Annotated[
-        list[str] | None, typer.Option("--error-class", help="Only this error class (repeatable).")
+        list[str] | None,
+        typer.Option("--error-class", metavar="CLASS", help="Only this error class (repeatable)."),
     ] = None,
     reset_attempts: Annotated[
         bool, typer.Option("--reset-attempts", help="Start counting attempts from zero again.")
@@ -112,9 +116,7 @@ def requeue(
     from sheetq.model import ErrorClass, Status, new_run_id
     from sheetq.operations import plan_requeue
 
-    wanted: list[Status] = (
-        _statuses(statuses) if statuses else ([] if task_ids else [Status.FAILED])
-    )
+    wanted: list[Status] = _statuses(statuses) if statuses else [Status.FAILED]
     for value in error_classes or ():
         if value not in {e.value for e in ErrorClass}:
             raise UsageError(
@@ -140,7 +142,9 @@ def requeue(
 
 
 def skip(
-    task_ids: Annotated[list[str], typer.Option("--task", help="This task (repeatable).")],
+    task_ids: Annotated[
+        list[str], typer.Option("--task", metavar="ID", help="This task (repeatable).")
+    ],
     reason: Annotated[str, typer.Option("--reason", help="Why, for the log.")] = "",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List; change nothing.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
@@ -205,6 +209,11 @@ def _change(verb: str, plan, *, task_ids, dry_run: bool, as_json: bool) -> None:
         gone = set(result.missing)
         picked = [r for r in picked if r.task_id not in gone]
     done_word = {"requeue": "requeued", "skip": "skipped"}[verb]
+    why = {
+        "requeue": "requeue takes failed rows unless --status says otherwise, never processing "
+        "ones; e.g. --status done runs a finished task again",
+        "skip": "only pending, retry or failed rows can be skipped",
+    }
     if as_json:
         emit_json(
             {
@@ -225,7 +234,8 @@ def _change(verb: str, plan, *, task_ids, dry_run: bool, as_json: bool) -> None:
         echo(f"{'would be ' if dry_run else ''}{done_word}: {len(picked)}")
     for task_id in unknown:
         warn(f"{task_id}: no such task in {settings.queue_sheet}")
+    status_of = {r.task_id: r.status_text.strip() or "empty" for r in rows}
     for task_id in refused:
-        warn(f"{task_id}: not changed (it is processing, or already finished)")
+        warn(f"{task_id}: not changed: its status is {status_of.get(task_id)!r} ({why[verb]})")
     if unknown and not picked:
         raise typer.Exit(2)

@@ -37,7 +37,8 @@ def process(
         ),
     ] = None,
     types: Annotated[
-        list[str] | None, typer.Option("--type", "-t", help="Only these task types (repeatable).")
+        list[str] | None,
+        typer.Option("--type", "-t", metavar="TYPE", help="Only these task types (repeatable)."),
     ] = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Show what would be claimed; change nothing.")
@@ -70,7 +71,7 @@ def process(
     runtime = None
     if max_runtime is not None:
         try:
-            runtime = parse_duration(max_runtime, what="--max-runtime")
+            runtime = parse_duration(max_runtime, what="--max-runtime", require_unit=True)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     settings = state.settings()

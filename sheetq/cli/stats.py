@@ -18,7 +18,9 @@ def stats(
     since: Annotated[
         str, typer.Option("--since", help="Window: a duration (24h, 7d) or an ISO time.")
     ] = "24h",
-    types: Annotated[list[str] | None, typer.Option("--type", "-t", help="Only this type.")] = None,
+    types: Annotated[
+        list[str] | None, typer.Option("--type", "-t", metavar="TYPE", help="Only this type.")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
 ) -> None:
     """Throughput and failure numbers from QueueLog.
@@ -75,7 +77,7 @@ def parse_since(text: str, now: datetime) -> datetime:
     from sheetq.times import parse_duration, parse_ts
 
     try:
-        return now - timedelta(seconds=parse_duration(text, what="--since"))
+        return now - timedelta(seconds=parse_duration(text, what="--since", require_unit=True))
     except (ValueError, OverflowError):
         pass
     when = parse_ts(text.strip(), UTC)
@@ -94,7 +96,10 @@ def _percent(value: float | None) -> str:
 def _age(value: float | None) -> list[str]:
     from sheetq.times import format_duration
 
-    return ["-", ""] if value is None else [format_duration(value), f"{round(value)} s"]
+    if value is None:
+        return ["-", ""]
+    human = format_duration(value)
+    return [human, f"{round(value)} s" if human != f"{round(value)}s" else ""]
 
 
 def _render(result: Stats, log_sheet: str, types: list[str]) -> None:

@@ -13,8 +13,11 @@ import json
 import os
 import signal
 import subprocess
+import sys
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import IO
 
 from sheetq.handlers import ReconcileAnswer
 from sheetq.model import ErrorClass, Status
@@ -37,9 +40,52 @@ class _Ran:
         return lines[-1] if lines else ""
 
 
+_GRACE = 1.0  # seconds to wait for the last output once the handler has exited
+_KEEP = 256 * 1024  # bytes of each stream kept (the tail: the result and the error are there)
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child, between fork and exec
+    """Linux: the handler gets SIGKILL if sheetq dies (even by SIGKILL), so a killed run never
+    leaves a handler running while the next run recovers and retries its task."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _pump(stream: IO[bytes], sink: bytearray) -> None:
+    """Read a handler's output until EOF, keeping the tail; closes the pipe when done (even
+    when a child of the handler kept it open past the handler's exit)."""
+    with stream:
+        for chunk in iter(lambda: stream.read1(65536), b""):  # type: ignore[attr-defined]
+            sink.extend(chunk)
+            if len(sink) > 2 * _KEEP:
+                del sink[:-_KEEP]
+
+
+def _feed(stream: IO[bytes], data: bytes) -> None:
+    with contextlib.suppress(BrokenPipeError, OSError):
+        stream.write(data)
+    with contextlib.suppress(BrokenPipeError, OSError):
+        stream.close()
+
+
+def _decode(data: bytearray) -> str:
+    return bytes(data[-_KEEP:]).decode("utf-8", "replace")
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
 def _run(
     argv: Sequence[str], stdin: str, env: Mapping[str, str], timeout: float, cwd: Path | None
 ) -> _Ran:
+    """Run a handler in its own session; its output is read while it runs. The outcome is
+    its own exit code: a background child it left holding stdout does not keep sheetq
+    waiting. Killed (with its process group) at the timeout or if sheetq is interrupted."""
     try:
         proc = subprocess.Popen(
             list(argv),
@@ -49,6 +95,7 @@ def _run(
             cwd=cwd,
             env=dict(env),
             start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
     except FileNotFoundError:
         return _Ran(None, "", "", f"command not found: {argv[0]!r} (cwd {cwd})")
@@ -56,19 +103,27 @@ def _run(
         return _Ran(None, "", "", f"command not executable: {argv[0]!r}")
     except OSError as exc:
         return _Ran(None, "", "", f"cannot start {argv[0]!r}: {exc}")
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    out, err = bytearray(), bytearray()
+    threads = [
+        threading.Thread(target=_feed, args=(proc.stdin, stdin.encode("utf-8")), daemon=True),
+        threading.Thread(target=_pump, args=(proc.stdout, out), daemon=True),
+        threading.Thread(target=_pump, args=(proc.stderr, err), daemon=True),
+    ]
+    for thread in threads:
+        thread.start()
+    error = ""
     try:
-        out, err = proc.communicate(stdin.encode("utf-8"), timeout=timeout)
+        code: int | None = proc.wait(timeout)
     except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        return _Ran(
-            None,
-            out.decode("utf-8", "replace"),
-            err.decode("utf-8", "replace"),
-            f"timed out after {timeout:g}s",
-        )
-    return _Ran(proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+        _kill(proc)
+        code, error = None, f"timed out after {timeout:g}s"
+    except BaseException:  # interrupted: take the handler down with us
+        _kill(proc)
+        raise
+    for thread in threads[1:]:
+        thread.join(_GRACE)  # a child of the handler may hold the pipe: do not wait for it
+    return _Ran(code, _decode(out), _decode(err), error)
 
 
 def _json_verdict(line: str) -> Outcome | None:

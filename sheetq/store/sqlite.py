@@ -12,10 +12,12 @@ The methods under "people" act like a person editing the sheet; tests and
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import sqlite3
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sheetq.errors import LeaseConflict, SchemaError, StoreError
 from sheetq.store.base import (
@@ -46,6 +48,26 @@ def _cell(value: Any) -> CellValue:
     return str(value)
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _mapped(method: F) -> F:
+    """SQLite errors (a damaged file, a read-only file, a full disk) become ``StoreError``
+    (exit 1) naming the file, after rolling back any open transaction."""
+
+    @functools.wraps(method)
+    def wrapper(self: SqliteStore, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.Error as exc:
+            if self._db.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    self._db.execute("ROLLBACK")
+            raise StoreError(f"{self.path}: {exc}") from None
+
+    return wrapper  # type: ignore[return-value]
+
+
 class SqliteStore:
     """A local workbook in the SQLite file ``path``.
 
@@ -66,10 +88,12 @@ class SqliteStore:
             # Look before touching: another program's SQLite file is never changed.
             ours = self._has_schema()
             if not ours and (not create or self._has_tables()):
+                other = self._has_tables()
                 self._db.close()
                 raise SchemaError(
-                    f"{self.path}: not a sheetq workbook (it holds other data); "
-                    + ("choose another path" if create else "run `sheetq init` to create one")
+                    f"{self.path}: not a sheetq workbook"
+                    + (" (it holds another program's tables)" if other else "")
+                    + ("; choose another path" if create else "; run `sheetq init` to create one")
                 )
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
@@ -98,6 +122,7 @@ class SqliteStore:
     def close(self) -> None:
         self._db.close()
 
+    @_mapped
     def open(self) -> WorkbookInfo:
         self._requests += 1
         meta = dict(self._db.execute("SELECT key, value FROM workbook"))
@@ -119,6 +144,7 @@ class SqliteStore:
     def link(self, info: WorkbookInfo, worksheet: str, row: int, task_id: str) -> str:
         return task_id
 
+    @_mapped
     def read(self, reads: Sequence[Read]) -> list[Snapshot]:
         self._requests += 1
         self._db.execute("BEGIN")
@@ -127,6 +153,7 @@ class SqliteStore:
         finally:
             self._db.execute("COMMIT")
 
+    @_mapped
     def apply(self, changes: ChangeSet, *, verify_rows: bool = True) -> ApplyResult:
         if not changes:
             return ApplyResult()
@@ -176,6 +203,7 @@ class SqliteStore:
         self._db.execute("COMMIT")
         return result
 
+    @_mapped
     def ensure_worksheets(self, spec: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
         self._requests += 1
         added: dict[str, list[str]] = {}

@@ -172,3 +172,117 @@ def test_installed_entry_point_and_locked_line(book: Book, tmp_path: Path) -> No
         r = run_proc(["process"])
     assert r.code == 0
     assert r.stdout.count("\n") == 1 and "another sheetq process" in r.stdout
+
+
+PID_THEN_SLEEP = """
+import json, os, sys, time, pathlib
+json.load(sys.stdin)
+pathlib.Path(os.environ["PIDS"]).open("a").write(str(os.getpid()) + "\\n")
+time.sleep(30)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie waiting for its parent is dead for our purpose
+    status = Path(f"/proc/{pid}/status")
+    return not (status.exists() and "State:\tZ" in status.read_text())
+
+
+def _wait_for(path: Path, seconds: float = 20) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().strip():
+            return [int(x) for x in path.read_text().split()]
+        time.sleep(0.05)
+    raise AssertionError("the handler never started")
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_interrupted_run_kills_handler_and_gives_back_the_rest(
+    book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sig: int, code: int
+) -> None:
+    """SIGTERM/SIGINT mid-batch: the running handler is killed with sheetq, unstarted tasks are
+    released unharmed, the interrupted one is recovered by the very next run, one line, 128+sig."""
+    pids = tmp_path / "pids.txt"
+    monkeypatch.setenv("PIDS", str(pids))
+    write_config(
+        f"[types.job]\ncommand = {handler_script(tmp_path, 'h', PID_THEN_SLEEP)}\n"
+        "idempotent = true\n"
+    )
+    monkeypatch.setenv("SHEETQ_NOW", _iso(NOW))
+    ids = [
+        run_cli(["enqueue", "job", json.dumps({"n": i}), "--json"]).json()["task_id"]
+        for i in range(3)
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sheetq", "process", "--batch-size", "3"],
+        env=dict(os.environ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    (pid,) = _wait_for(pids)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == code, (out, err)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "interrupted" in lines[0], err
+    time.sleep(0.2)
+    assert not _alive(pid), "the handler outlived sheetq"
+    rows = {i: book.row_of(i) for i in ids}
+    assert rows[ids[0]]["status"] == "processing"
+    for task in ids[1:]:
+        assert (rows[task]["status"], rows[task]["retry_count"]) == ("pending", "0")
+    monkeypatch.setenv("PIDS", str(tmp_path / "later.txt"))
+    doc = run_cli(["process", "--dry-run", "--json"]).json()
+    assert doc["recovered"] == 1  # no need to wait for the lease: it ended at the interrupt
+    from tests.integration.test_process import assert_log_matches_queue
+
+    assert_log_matches_queue(book)
+
+
+def test_sigkill_takes_the_handler_down_too(
+    book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A SIGKILLed run leaves no handler running (Linux parent-death signal), so recovery never
+    races a still-running first attempt."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("PR_SET_PDEATHSIG is Linux-only")
+    pids = tmp_path / "pids.txt"
+    monkeypatch.setenv("PIDS", str(pids))
+    write_config(f"[types.job]\ncommand = {handler_script(tmp_path, 'h', PID_THEN_SLEEP)}\n")
+    run_cli(["enqueue", "job", "{}"])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sheetq", "process"],
+        env=dict(os.environ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    (pid,) = _wait_for(pids)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=10)
+    deadline = time.monotonic() + 5
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid)
+
+
+def test_background_child_does_not_hold_the_outcome(book: Book, tmp_path: Path) -> None:
+    """A handler that starts a background child (which keeps stdout open) and exits 0 is done,
+    judged by its own exit code, not timed out."""
+    script = (
+        "import subprocess, sys\nsys.stdin.read()\n"
+        "subprocess.Popen(['sleep', '20'])\nprint('CRM-1', flush=True)\n"
+    )
+    write_config(
+        f"[types.job]\ncommand = {handler_script(tmp_path, 'bg', script)}\ntimeout = '10s'\n"
+    )
+    task = run_cli(["enqueue", "job", "{}", "--json"]).json()["task_id"]
+    started = time.monotonic()
+    assert run_cli(["process", "--json"]).json()["done"] == 1
+    assert time.monotonic() - started < 8
+    assert book.row_of(task)["result"] == "CRM-1"

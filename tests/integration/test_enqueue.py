@@ -70,9 +70,14 @@ def test_github_webhooks_round_trip_and_deduplicate(book: Book) -> None:
         assert rows[task_id] == canonical
         assert json.loads(rows[task_id]) == json.loads(canonical)
     before = len(book.records())
-    for path in files:
-        r = run_cli(["enqueue", path.name.split("__")[0], "--file", str(path), "--json"])
-        assert r.code == 0 and r.json()["outcome"] == "duplicate"
+    by_event: dict[str, list[str]] = {}
+    for path in files:  # the second delivery, in one --jsonl batch per event type
+        line = json.dumps(json.loads(path.read_text(encoding="utf-8")), ensure_ascii=False)
+        by_event.setdefault(path.name.split("__")[0], []).append(line)
+    for event, lines in by_event.items():
+        r = run_cli(["enqueue", event, "--jsonl", "--json"], input="\n".join(lines))
+        assert r.code == 0, r.stderr
+        assert r.json()["duplicate"] == len(lines) and r.json()["enqueued"] == 0
     assert len(book.records()) == before
 
 

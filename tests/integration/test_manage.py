@@ -202,3 +202,24 @@ def test_sorted_mid_run_results_land_on_their_task(book: Book, tmp_path: Path) -
     for n, task in ids.items():
         assert book.row_of(task)["result"] == f"result-{n}"
     assert sys.executable
+
+
+def test_requeue_task_keeps_the_failed_default_and_skip_refuses_finished(
+    book: Book, tmp_path: Path
+) -> None:
+    """`requeue --task` of a done task changes nothing unless --status done says so;
+    `skip` refuses done and already-skipped rows (no second log row)."""
+    _setup(tmp_path, OK)
+    task = run_cli(["enqueue", "job", "{}", "--json"]).json()["task_id"]
+    run_cli(["process"])
+    r = run_cli(["requeue", "--task", task, "--json"])
+    assert r.json()["requeued"] == 0 and "--status done" in r.stderr
+    assert book.row_of(task)["status"] == "done"
+    assert (
+        run_cli(["requeue", "--task", task, "--status", "done", "--json"]).json()["requeued"] == 1
+    )
+    other = run_cli(["enqueue", "job", '{"x": 1}', "--json"]).json()["task_id"]
+    assert run_cli(["skip", "--task", other]).code == 0
+    before = len(book.log(other))
+    r = run_cli(["skip", "--task", other, "--json"])
+    assert r.json()["skipped"] == 0 and len(book.log(other)) == before

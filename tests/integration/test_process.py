@@ -412,3 +412,15 @@ def test_max_age_counts_from_due_time_for_delayed_and_requeued(
     assert run_cli(["requeue", "--task", failed]).code == 0
     doc = run_cli(["process", "--json"]).json()
     assert doc["expired"] == 0 and doc["claimed"] == 1
+
+
+def test_at_in_the_past_runs_now(
+    book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--at a time long past is due at once; it does not expire before running."""
+    _at(monkeypatch, NOW)
+    write_config(f"[types.job]\ncommand = {_exit_handler(tmp_path, 'ok', 0)}\n")
+    task = run_cli(["enqueue", "job", "{}", "--at", "2020-01-01T00:00:00Z", "--json"]).json()
+    doc = run_cli(["process", "--json"]).json()
+    assert doc["expired"] == 0 and doc["done"] == 1
+    assert book.row_of(task["task_id"])["status"] == "done"
