@@ -276,6 +276,13 @@ class GoogleStore:
             return SchemaError(f"{message}: a worksheet is missing; run `sheetq init`")
         return StoreError(f"Google Sheets refused {what} ({code}): {message}")
 
+    def _metadata(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """One ``spreadsheets.get`` with ``params`` (a field mask, ranges…), with retries."""
+        body = self._call(
+            "open", lambda: self._http.request("get", self._url_for(), params=dict(params)).json()
+        )
+        return dict(body or {})
+
     def _batch_get(self, ranges: list[str], what: str) -> list[dict[str, Any]]:
         body = self._call(
             what,
@@ -287,7 +294,6 @@ class GoogleStore:
 
     def open(self) -> WorkbookInfo:
         """Metadata, header rows and named ranges in one ``spreadsheets.get``."""
-        from gspread.exceptions import APIError
 
         titles = list(self._titles)
         params: dict[str, Any] = {
@@ -296,26 +302,14 @@ class GoogleStore:
             "ranges": [f"{quote_title(t)}!1:1" for t in titles],
         }
         try:
-            meta = self._call(
-                "open", lambda: self._http.request("get", self._url_for(), params=params).json()
-            )
+            meta: dict[str, Any] | None = self._metadata(params)
         except SchemaError:
             meta = None
         if meta is None:  # a worksheet is missing: ask without it (not yet initialised)
-            known = self._call(
-                "open",
-                lambda: self._http.request(
-                    "get", self._url_for(), params={"fields": "sheets(properties(title))"}
-                ).json(),
-            )
+            known = self._metadata({"fields": "sheets(properties(title))"})
             present = {s["properties"]["title"] for s in known.get("sheets", [])}
             params["ranges"] = [f"{quote_title(t)}!1:1" for t in titles if t in present]
-            try:
-                meta = self._call(
-                    "open", lambda: self._http.request("get", self._url_for(), params=params).json()
-                )
-            except APIError as exc:  # pragma: no cover - mapped in _call
-                raise self._api_error("open", exc) from None
+            meta = self._metadata(params)
         return self._info(meta)
 
     def _info(self, meta: Mapping[str, Any]) -> WorkbookInfo:
@@ -372,9 +366,7 @@ class GoogleStore:
             "ranges": [f"{quote_title(title)}!1:1"],
         }
         try:
-            meta = self._call(
-                "open", lambda: self._http.request("get", self._url_for(), params=params).json()
-            )
+            meta = self._metadata(params)
         except SchemaError:
             return
         for sheet in meta.get("sheets", []):
@@ -723,16 +715,8 @@ class GoogleStore:
 
     def ensure_worksheets(self, spec: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
         """Add missing worksheets and header cells in one batchUpdate; never removes data."""
-        meta = self._call(
-            "open",
-            lambda: self._http.request(
-                "get",
-                self._url_for(),
-                params={
-                    "fields": "sheets(properties(sheetId,title,"
-                    "gridProperties(rowCount,columnCount)))",
-                },
-            ).json(),
+        meta = self._metadata(
+            {"fields": "sheets(properties(sheetId,title,gridProperties(rowCount,columnCount)))"}
         )
         existing = {s["properties"]["title"]: s["properties"] for s in meta.get("sheets", [])}
         present = [t for t in spec if t in existing]
@@ -803,16 +787,11 @@ class GoogleStore:
         """Frozen headers, status drop-down, colours, warning-only protection, widths."""
         from sheetq.store.google_format import format_requests
 
-        meta = self._call(
-            "open",
-            lambda: self._http.request(
-                "get",
-                self._url_for(),
-                params={
-                    "fields": "sheets(properties(sheetId,title,gridProperties),conditionalFormats,"
-                    "protectedRanges(protectedRangeId,description))",
-                },
-            ).json(),
+        meta = self._metadata(
+            {
+                "fields": "sheets(properties(sheetId,title,gridProperties),conditionalFormats,"
+                "protectedRanges(protectedRangeId,description))"
+            }
         )
         info = self.open()
         requests, lines = format_requests(meta, info, queue, log, archive)
