@@ -81,11 +81,19 @@ def payload_hash(canonical: str) -> str:
     return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
+def cell_length(text: str) -> int:
+    """Length as a spreadsheet counts it: UTF-16 code units (JavaScript string length), so an
+    emoji outside the Basic Multilingual Plane counts twice. Counting code points would let
+    through a payload Google then refuses."""
+    return len(text) + sum(1 for c in text if ord(c) > 0xFFFF)
+
+
 def check_size(canonical: str, *, where: str = "payload") -> None:
     """Refuse a payload that does not fit one cell (50,000 characters, a Google limit)."""
-    if len(canonical) > MAX_CELL_CHARS:
+    size = cell_length(canonical)
+    if size > MAX_CELL_CHARS:
         raise InputError(
-            f"{where}: {len(canonical):,} characters as compact JSON; a spreadsheet cell holds "
+            f"{where}: {size:,} characters as compact JSON; a spreadsheet cell holds "
             f"at most {MAX_CELL_CHARS:,} (Google Sheets limit). Store large data elsewhere and "
             "enqueue a reference to it."
         )

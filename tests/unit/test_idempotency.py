@@ -80,3 +80,14 @@ def test_explicit_key_limits() -> None:
     with pytest.raises(InputError, match="at most 200"):
         derive_key("t", {}, "{}", explicit="k" * 201)
     assert derive_key("t", {}, "{}", explicit="k" * 200) == "t:" + "k" * 200
+
+
+def test_cell_size_counts_like_a_spreadsheet() -> None:
+    """The 50,000-character cell limit counts UTF-16 units: an emoji counts twice."""
+    from sheetq.idempotency import cell_length, check_size
+
+    assert cell_length("abc") == 3 and cell_length("🦄") == 2 and cell_length("Юлія") == 4
+    check_size("x" * 50_000)
+    check_size("🦄" * 25_000)
+    with pytest.raises(InputError, match="50,001 characters"):
+        check_size("🦄" * 25_000 + "x")
