@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from sheetq.model import QUEUE_COLUMNS
 from tests.conftest import GoogleBook, handler_script, make_google, run_cli, write_config
 from tests.integration.test_process import assert_log_matches_queue
 
@@ -317,18 +318,7 @@ def test_init_formats_and_keeps_manager_work(
         book.key,
         "Queue",
         [
-            [
-                "task_id",
-                "created_at",
-                "type",
-                "payload_json",
-                "status",
-                "retry_count",
-                "next_retry_at",
-                "last_error",
-                "idempotency_key",
-                "Notes",
-            ],
+            [*QUEUE_COLUMNS[:9], "Notes"],  # the original Apps Script layout + a manager's
             ["", "", "lead", '{"lead_id": "L-1"}', "done", "0", "", "", "", "VIP client"],
         ],
     )

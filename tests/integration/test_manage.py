@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from sheetq.model import QUEUE_COLUMNS
 from tests.conftest import Book, handler_script, run_cli, write_config
 from tests.integration.test_process import assert_log_matches_queue
 
@@ -117,18 +118,7 @@ def test_init_adopts_original_nine_columns_and_keeps_manager_columns(
     store = SqliteStore(empty_book.spreadsheet[6:], create=True)
     store.ensure_worksheets(
         {
-            "Queue": (
-                "task_id",
-                "created_at",
-                "type",
-                "payload_json",
-                "status",
-                "retry_count",
-                "next_retry_at",
-                "last_error",
-                "idempotency_key",
-                "notes",
-            )
+            "Queue": (*QUEUE_COLUMNS[:9], "notes")  # the original Apps Script layout
         }
     )
     store.write_rows(
