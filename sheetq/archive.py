@@ -40,16 +40,18 @@ from json.encoder import encode_basestring_ascii
 from sheetq.config import Settings
 from sheetq.errors import LeaseConflict, StoreError
 from sheetq.model import LOG_COLUMNS, Event, Status
-from sheetq.queue import QueueRow, log_row, parse_rows
+from sheetq.queue import QueueRow, as_int, log_row, parse_rows
 from sheetq.store.base import (
     AppendRow,
     CellValue,
     ChangeSet,
     DeleteRow,
     LeaseChange,
+    MoveRow,
     Read,
     Store,
     WorkbookInfo,
+    cell_text,
 )
 from sheetq.times import parse_ts, zone
 
@@ -62,6 +64,7 @@ _CELL = len('{"userEnteredValue": {"stringValue": }}, ')  # + the encoded value
 _EMPTY_CELL = len("{}, ")
 _ROW = len('{"values": []}, ')
 _DELETE = 140  # one deleteDimension per run of adjacent rows
+_COPY = 330  # one copyPaste (source and destination GridRange)
 _LOG_WIDTH = len(LOG_COLUMNS)
 
 
@@ -172,17 +175,19 @@ def plan_chunk(
     now: datetime,
     run_id: str,
     max_bytes: int = MAX_WRITE_BYTES,
+    copy_runs: int = 1,
+    logged: Collection[str] = (),
 ) -> Chunk:
     """The first rows of ``moves`` that fit one write of at most ``max_bytes`` (always at
-    least one row): archive appends, then QueueLog rows, and the Queue deletions."""
+    least one row): a move per row (copied by position with ``copy_runs`` copy requests per
+    run of adjacent rows, then deleted) and an ``archived`` QueueLog row per task not
+    already in ``logged`` (a task whose earlier move was put back is not logged twice)."""
     chunk = Chunk([], ChangeSet())
-    archive_rows: list[AppendRow] = []
     log_rows: list[AppendRow] = []
     message = f"moved to {settings.archive_sheet}"
-    width = len(archive_columns)
     previous = -1
     for row in moves:
-        values, dropped = archive_values(row, archive_columns)
+        _values, dropped = archive_values(row, archive_columns)
         entry = log_row(
             now,
             row.task_id,
@@ -194,20 +199,73 @@ def plan_chunk(
             run_id,
             worksheet=settings.log_sheet,
         )
-        size = _row_bytes(values, width) + _row_bytes(dict(entry.values), _LOG_WIDTH)
-        size += _DELETE if row.row != previous + 1 else 0
+        size = _row_bytes(dict(entry.values), _LOG_WIDTH) if row.task_id not in logged else 0
+        size += (_DELETE + _COPY * copy_runs) if row.row != previous + 1 else 0
         if chunk.rows and chunk.estimated_bytes + size > max_bytes:
             break
         previous = row.row
         chunk.rows.append(row)
         chunk.estimated_bytes += size
         chunk.dropped |= dropped
-        archive_rows.append(AppendRow(settings.archive_sheet, values))
-        log_rows.append(entry)
-        chunk.changes.deletes.append(DeleteRow(settings.queue_sheet, row.task_id, row.row))
-    # Archive rows first: after a lost reply the Google adapter probes for the first one.
-    chunk.changes.appends = archive_rows + log_rows
+        if row.task_id not in logged:
+            log_rows.append(entry)
+        chunk.changes.moves.append(
+            MoveRow(settings.queue_sheet, settings.archive_sheet, row.task_id, row.row)
+        )
+    chunk.changes.appends = log_rows
     return chunk
+
+
+def column_runs(source: Sequence[str], dest: Sequence[str]) -> int:
+    """How many copy requests one run of rows takes: runs of columns that sit side by side
+    in both worksheets (1 when QueueArchive has Queue's column order)."""
+    where = {name: i for i, name in enumerate(dest) if name}
+    runs, last = 0, None
+    for i, name in enumerate(source):
+        j = where.get(name) if name else None
+        if j is None:
+            last = None
+            continue
+        if last is None or (i, j) != (last[0] + 1, last[1] + 1):
+            runs += 1
+        last = (i, j)
+    return max(runs, 1)
+
+
+def put_back(
+    misplaced: Sequence[dict[str, CellValue]],
+    *,
+    settings: Settings,
+    now: datetime,
+    run_id: str,
+) -> ChangeSet:
+    """Rows an archive write carried by mistake (a person sorted or inserted rows between
+    the read and the write): appended back to Queue, removed from QueueArchive, and a
+    ``recovered`` log row each (with its own status, so the log still agrees)."""
+    changes = ChangeSet()
+    for found in misplaced:
+        values = {k: v for k, v in found.items() if not k.startswith("_")}
+        task_id = cell_text(values.get("task_id")).strip()
+        changes.appends.append(AppendRow(settings.queue_sheet, values))
+        changes.deletes.append(
+            DeleteRow(str(found["_worksheet"]), task_id or None, int(str(found["_row"])))
+        )
+        if task_id:
+            changes.appends.append(
+                log_row(
+                    now,
+                    task_id,
+                    cell_text(values.get("type")),
+                    Event.RECOVERED,
+                    cell_text(values.get("status")).strip().lower(),
+                    as_int(values.get("retry_count")),
+                    f"put back from {settings.archive_sheet}: archive moved it by mistake "
+                    "(rows moved while it wrote)",
+                    run_id,
+                    worksheet=settings.log_sheet,
+                )
+            )
+    return changes
 
 
 # --- the run, through the storage port --------------------------------------------------
@@ -226,6 +284,7 @@ class ArchiveReport:
     ambiguous: list[str] = field(default_factory=list)
     undated: list[str] = field(default_factory=list)
     vanished: list[str] = field(default_factory=list)
+    put_back: list[str] = field(default_factory=list)
     writes: int = 0
     locked: str = ""
 
@@ -265,6 +324,8 @@ def run_archive(
             report.locked = "a sheetq process run holds this queue's lease"
             return report
     first = True
+    logged: set[str] = set()
+    stalled = 0
     while True:
         queue_snap, archive_snap = store.read(
             [Read(settings.queue_sheet), Read(settings.archive_sheet, ("task_id",))]
@@ -300,14 +361,23 @@ def run_archive(
             now=now,
             run_id=run_id,
             max_bytes=max_bytes or MAX_WRITE_BYTES,
+            copy_runs=column_runs(queue_snap.header, archive_snap.header),
+            logged=logged,
         )
         # A stale lease (its run died) is removed by the first write; later writes only check.
         chunk.changes.lease = LeaseChange(lease_name, None, held if first else None)
         first = False
         try:
-            # planned from a read made moments ago: its row numbers are current, so the
-            # adapter need not read the task_id column again (one request less per write)
-            result = store.apply(chunk.changes, verify_rows=False)
+            # planned from a read made moments ago: it locates the rows for the write
+            result = store.apply(chunk.changes, baseline=(queue_snap, archive_snap))
+            logged.update(r.task_id for r in chunk.rows)
+            if result.misplaced:
+                back = put_back(result.misplaced, settings=settings, now=now, run_id=run_id)
+                store.apply(back)
+                report.put_back.extend(
+                    cell_text(m.get("task_id")).strip() or "(a row without task_id)"
+                    for m in result.misplaced
+                )
         except LeaseConflict:
             report.locked = "a sheetq process run took this queue's lease"
             return report
@@ -323,9 +393,20 @@ def run_archive(
         gone = set(result.missing)
         report.vanished.extend(sorted(gone))
         report.dropped_columns |= chunk.dropped
+        arrived = set(result.moved)
         for row in chunk.rows:
-            if row.task_id not in gone:
+            if row.task_id in arrived:
                 report.by_status[str(row.status)] += 1
                 report.task_ids.append(row.task_id)
+        if len(arrived) + len(gone) < len(chunk.rows):
+            # rows moved under the write: those not carried are still in Queue; go again
+            stalled += 1
+            if stalled > 3:
+                raise StoreError(
+                    "rows kept moving while archive wrote (a person sorting or inserting "
+                    f"rows); {report.archived} row(s) were archived; run `sheetq archive` "
+                    "again"
+                )
+            continue
         if len(chunk.rows) == len(moves):
             return report

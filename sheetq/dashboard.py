@@ -368,6 +368,6 @@ def _write_google(
         changes.updates.append(UpdateRow(title, None, 2 + offset, values))
     for number in range(2 + len(rows), used + 1):
         changes.updates.append(UpdateRow(title, None, number, dict.fromkeys(HEADER, "")))
-    store.apply(changes, verify_rows=False)
+    store.apply(changes)
     formulas = sum(isinstance(v, Formula) for row in rows for v in row.values())
     return title in added and len(added[title]) == len(HEADER), formulas

@@ -216,5 +216,5 @@ def enqueue(
     results, changes = plan_enqueue(
         tasks, known, settings=settings, now=now, run_id=run_id or new_run_id("enqueue")
     )
-    store.apply(changes, verify_rows=False)
+    store.apply(changes)
     return results

@@ -47,6 +47,7 @@ SCAN_COLUMNS = (
     "alerted_at",
     "owner",
     "last_error",
+    "updated_at",
 )
 STATUS_COLUMNS = (
     "task_id",

@@ -42,7 +42,7 @@ from sheetq.queue import (
 from sheetq.redact import plural, redact
 from sheetq.retry import Decision, Outcome, decide
 from sheetq.schema import check_schema
-from sheetq.store.base import ChangeSet, LeaseChange, Read, Row, Store, UpdateRow
+from sheetq.store.base import ChangeSet, LeaseChange, Read, Row, Snapshot, Store, UpdateRow
 from sheetq.times import format_ts, zone
 
 log = logging.getLogger("sheetq.runner")
@@ -190,8 +190,11 @@ class Runner:
         self._failures: dict[str, AlertItem] = {}
         self._started = 0.0
         self._scanned: dict[str, QueueRow] = {}  # the last scan, by task_id
-        self._located_at = 0.0  # monotonic time row positions were last read
+        self._snapshot: Snapshot | None = None  # the last whole-Queue read: scan or verify
+        self._snapshot_at = 0.0  # its monotonic time
         self._positions: dict[str, int] = {}  # task_id → row, when known fresher than a scan
+        self._claim_rows: list[Row] = []  # the claimed rows as read back after the claim
+        self._claim_positions: dict[str, int] = {}  # task_id → row, verified after the claim
 
     # --- the run ---------------------------------------------------------------
 
@@ -278,7 +281,8 @@ class Runner:
 
     def _scan(self) -> list[QueueRow]:
         (snap,) = self.store.read([Read(self.settings.queue_sheet, SCAN_COLUMNS)])
-        self._located_at = self.clock.monotonic()
+        self._snapshot = snap
+        self._snapshot_at = self.clock.monotonic()
         self._positions = {}
         return parse_rows(snap.rows, self._tz, self.info.locale)
 
@@ -320,14 +324,26 @@ class Runner:
             self.summary.locked = "another sheetq run holds this queue's lease"
             return False
         plan.changes.lease = change
+        queue = self.settings.queue_sheet
+        numbers = tuple(c.row.row for c in plan.claims)
         try:
-            self.store.apply(plan.changes, verify_rows=False)
+            # The scan moments ago locates the rows; the verifying read also reads the
+            # claimed rows back whole, so the read-back costs no request of its own.
+            applied = self.store.apply(
+                plan.changes,
+                baseline=(self._snapshot,) if self._snapshot is not None else (),
+                extra_reads=(Read(queue, None, rows=numbers),) if numbers else (),
+            )
         except LeaseConflict:
             self.summary.locked = "another sheetq run took this queue's lease"
             self._lease = None
             return False
         self._lease = change.token
         self._seen_lease = change.token
+        self._claim_rows = applied.snapshots[0].rows if applied.snapshots else []
+        self._claim_positions = applied.rows
+        for line in applied.repaired:
+            self._note(f"the sheet changed during the claim write: {line}")
         self.summary.recovered += plan.recovered
         self.summary.expired += plan.expired
         self.summary.requeued += plan.requeued
@@ -356,60 +372,44 @@ class Runner:
     # --- work ----------------------------------------------------------------------
 
     def _read_back(self, plan: BatchPlan) -> tuple[list[tuple[Claim, Row]], list[Claim]]:
-        """Read the claimed rows again; keep those that still carry this run's id.
+        """The claimed rows as they are now; keep those that carry this run's id.
 
-        A claimed task not found at its row (a person sorted, inserted or deleted rows) is
-        given back unrun: the release is re-located by task_id, and is harmless if the claim
-        never reached it. If rows moved between the scan and the claim, the claim may have
-        landed on other rows: those are repaired at once (see ``_repair``).
+        The claim's verifying read located every claimed task by ``task_id`` and read the
+        claimed positions whole. A task found elsewhere (a person sorted or inserted rows
+        after the claim) is read again at its new row — one more request, only then — so a
+        sort never strands a batch. A task whose row is gone (a person deleted it) is
+        given back unrun; the release is re-located by task_id like every write.
         """
-        numbers = tuple(c.row.row for c in plan.claims)
-        (full,) = self.store.read([Read(self.settings.queue_sheet, None, rows=numbers)])
-        by_number = {r.number: r for r in full.rows}
-        claimed = {c.row.task_id for c in plan.claims}
+        queue = self.settings.queue_sheet
+        by_number = {r.number: r for r in self._claim_rows}
         keep: list[tuple[Claim, Row]] = []
         give_back: list[Claim] = []
+        found: dict[str, Row] = {}
+        moved: dict[str, int] = {}
         for claim in plan.claims:
-            row = by_number.get(claim.row.row)
-            if row is None or row.text("task_id") != claim.row.task_id:
+            task_id = claim.row.task_id
+            row = by_number.get(self._claim_positions.get(task_id, claim.row.row))
+            if row is not None and row.text("task_id").strip() == task_id:
+                found[task_id] = row
+            elif task_id in self._claim_positions:
+                moved[task_id] = self._claim_positions[task_id]
+        if moved:
+            (again,) = self.store.read([Read(queue, None, rows=tuple(moved.values()))])
+            at = {r.number: r for r in again.rows}
+            for task_id, number in moved.items():
+                row = at.get(number)
+                if row is not None and row.text("task_id").strip() == task_id:
+                    found[task_id] = row
+        for claim in plan.claims:
+            row = found.get(claim.row.task_id)
+            if row is None:
                 give_back.append(claim)
             elif row.text("lease_owner") == self.run_id:
+                claim.row.row = row.number
                 keep.append((claim, row))
             else:
                 self._note(f"{claim.row.task_id}: claimed by another run; left to it")
-        strays = [
-            r
-            for r in full.rows
-            if r.text("lease_owner") == self.run_id and r.text("task_id") not in claimed
-        ]
-        if strays:
-            self._repair(strays)
         return keep, give_back
-
-    def _repair(self, strays: Sequence[Row]) -> None:
-        """Undo a claim that landed on the wrong rows because rows moved between the scan and
-        the claim write: each stray row gets back the status and lease it had at the scan (a
-        blank row is blanked again). One extra write, only in this case."""
-        changes = ChangeSet()
-        queue = self.settings.queue_sheet
-        for row in strays:
-            task_id = row.text("task_id")
-            before = self._scanned.get(task_id)
-            if before is None:
-                blank: dict[str, Any] = dict.fromkeys(
-                    ("status", "lease_owner", "lease_until", "updated_at"), ""
-                )
-                changes.updates.append(UpdateRow(queue, None, row.number, blank))
-                continue
-            restore = {
-                c: before.raw.values.get(c) for c in ("status", "lease_owner", "lease_until")
-            }
-            changes.updates.append(UpdateRow(queue, task_id, row.number, restore))
-        self.store.apply(changes)
-        self._note(
-            f"the sheet changed between the scan and the claim: {len(strays)} row(s) the "
-            "claim reached by mistake were put back"
-        )
 
     def _work(self, plan: BatchPlan, options: RunOptions) -> bool:
         keep, give_back = self._read_back(plan)
@@ -443,13 +443,16 @@ class Runner:
             applied = self.store.apply(results)
         self._lease = None
         self._seen_lease = None
+        for line in applied.repaired:
+            self._note(f"the sheet changed during the result write: {line}")
         for key, number in applied.rows.items():
             if key in self._failures:
                 self._failures[key].row = number
         located = applied.positions.get(self.settings.queue_sheet)
         if located:
             self._positions = located
-            self._located_at = self.clock.monotonic()
+        self._snapshot = applied.verified.get(self.settings.queue_sheet)
+        self._snapshot_at = self.clock.monotonic()
         for key in applied.missing:
             self._note(f"{key}: row deleted by a person before its result was written")
         if stop is not None:
@@ -665,11 +668,15 @@ class Runner:
             now=self.clock.now(),
             run_id=self.run_id,
         )
-        # Row positions are trusted only if read moments ago (the 1-request budget of §6);
-        # a slow send (429 waits) re-reads them first, so a sort cannot misplace alerted_at.
-        fresh = self.clock.monotonic() - self._located_at <= FRESH_POSITIONS
+        # Re-located by task_id right before the write and verified right after (§5); a
+        # verifying read of the last results write, if it covers alerted_at, locates them.
+        fresh = self.clock.monotonic() - self._snapshot_at <= FRESH_POSITIONS
         try:
-            self.store.apply(changes, verify_rows=not fresh)
+            applied = self.store.apply(
+                changes, baseline=(self._snapshot,) if fresh and self._snapshot else ()
+            )
+            for line in applied.repaired:
+                self._note(f"the sheet changed during the alert-mark write: {line}")
         except StoreError as exc:
             self._note(f"alert sent but alerted_at not written ({exc}); it may be sent again")
 

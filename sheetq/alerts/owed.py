@@ -19,8 +19,10 @@ from sheetq.queue import QueueRow, log_row
 from sheetq.store.base import ChangeSet, UpdateRow, WorkbookInfo
 from sheetq.times import format_ts
 
-# Row positions older than this (seconds) are re-read before alerted_at is written: a
-# person may have sorted the sheet while the message was being sent.
+# A read older than this (seconds) is not used to locate the alert marks: they are located
+# afresh right before the write. Either way the write is verified right after (DESIGN.md
+# §5), so a sort can never leave alerted_at on the wrong row; a fresh read only keeps the
+# pre-image that a repair would put back current.
 FRESH_POSITIONS = 2.0
 
 

@@ -154,10 +154,10 @@ def _send_owed(settings: Settings, as_json: bool) -> None:
         now=clock.now(),
         run_id=new_run_id("alert"),
     )
-    # Positions from the scan are trusted only if read moments ago; else re-located.
+    # Located with the scan if it was read moments ago, else afresh; verified after.
     fresh = clock.monotonic() - scanned_at <= FRESH_POSITIONS
     try:
-        store.apply(changes, verify_rows=not fresh)
+        store.apply(changes, baseline=(snap,) if fresh else ())
     except StoreError as exc:
         warn(f"alert sent but alerted_at not written ({exc.message}); it may be sent again")
         doc["alerted"], doc["requests"] = 0, store.requests_made

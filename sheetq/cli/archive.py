@@ -104,6 +104,7 @@ def archive(
                 "undated": report.undated,
             },
             "vanished": report.vanished,
+            "put_back": report.put_back,
             "locked": bool(report.locked),
         }
         emit_json(doc)
@@ -143,6 +144,12 @@ def _warnings(report: ArchiveReport, archive_sheet: str, queue_sheet: str) -> No
     if report.vanished:
         warn(
             f"{len(report.vanished)} row(s) left {queue_sheet} while they were being archived "
-            f"(deleted by a person or another archive run); their copies were archived — check "
-            f"{archive_sheet} for doubles (e.g. {report.vanished[0]})"
+            f"(deleted by a person or another archive run) and were not archived "
+            f"(e.g. {report.vanished[0]})"
+        )
+    if report.put_back:
+        warn(
+            f"rows moved in {queue_sheet} while archive wrote: {len(report.put_back)} row(s) "
+            f"it carried to {archive_sheet} by mistake were put back into {queue_sheet} "
+            f"(e.g. {report.put_back[0]}), logged"
         )

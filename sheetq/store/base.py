@@ -13,7 +13,7 @@ for empty. The queue logic above this never imports an adapter.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -126,9 +126,19 @@ class Row:
 
 @dataclass
 class Snapshot:
+    """Rows of one worksheet as read. ``columns``: the column names the read asked for and
+    got (``None``: unknown, e.g. rows read by position); ``whole``: every data row was
+    read (not only some row numbers), so the snapshot can re-locate any task."""
+
     worksheet: str
     header: tuple[str, ...]
     rows: list[Row]
+    columns: tuple[str, ...] | None = None
+    whole: bool = False
+
+    def covers(self, columns: Iterable[str]) -> bool:
+        """Whether this is a whole-worksheet read holding all of ``columns``."""
+        return self.whole and self.columns is not None and set(columns) <= set(self.columns)
 
 
 @dataclass(frozen=True)
@@ -154,9 +164,28 @@ class AppendRow:
 
 @dataclass(frozen=True)
 class DeleteRow:
-    """Delete the row holding ``key`` (re-located like ``UpdateRow``)."""
+    """Delete the row holding ``key`` (re-located like ``UpdateRow``; ``key=None``: the row
+    at ``row``, read moments ago — only for a row without a key, like a manager's note)."""
 
     worksheet: str
+    key: str | None
+    row: int
+    key_column: str = "task_id"
+
+
+@dataclass(frozen=True)
+class MoveRow:
+    """Move the row holding ``key`` (last seen at ``row``) from ``worksheet`` to the end of
+    ``to``, every named column by header name, and delete it from ``worksheet``.
+
+    A destructive change: the Google adapter copies and deletes *by position* in one atomic
+    request (the API has no delete by content), so what it really removed is always kept in
+    ``to``; it then reads back what arrived and reports rows that were not the ones meant
+    (``ApplyResult.misplaced``) for the caller to put back. The local backend re-locates by
+    key inside its transaction."""
+
+    worksheet: str
+    to: str
     key: str
     row: int
     key_column: str = "task_id"
@@ -178,28 +207,47 @@ class ChangeSet:
     appends: list[AppendRow] = field(default_factory=list)
     deletes: list[DeleteRow] = field(default_factory=list)
     lease: LeaseChange | None = None
+    moves: list[MoveRow] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.updates or self.appends or self.deletes or self.lease)
+        return bool(self.updates or self.appends or self.deletes or self.lease or self.moves)
 
     def extend(self, other: ChangeSet) -> None:
         self.updates.extend(other.updates)
         self.appends.extend(other.appends)
         self.deletes.extend(other.deletes)
+        self.moves.extend(other.moves)
         if other.lease is not None:
             self.lease = other.lease
 
 
 @dataclass
 class ApplyResult:
-    """``missing``: keys of updates/deletes whose row was gone (a person deleted it);
-    ``rows``: key → the row an update was written to; ``positions``: when the adapter read
-    every key of a worksheet to re-locate rows, key → row for all of them (worksheet →
-    map), so the caller knows where every task is now."""
+    """What an ``apply`` did.
+
+    * ``missing``: keys of updates / deletes / moves whose row was gone (a person deleted it);
+    * ``rows``: key → the row an update holds now (after verification);
+    * ``positions``: worksheet → {key → row} for every keyed row, when the adapter read
+      the whole key column (so the caller knows where every task is now);
+    * ``snapshots``: the ``extra_reads`` asked for, read after the write;
+    * ``verified``: worksheet → the whole-worksheet read that verified the write (fresh;
+      usable as the ``baseline`` of the next write);
+    * ``moved``: keys of moves that arrived in their destination;
+    * ``misplaced``: rows a move carried that were not the ones meant (a person sorted or
+      inserted rows between the read and the write), as {column: value}; they are in the
+      destination worksheet and the caller puts them back;
+    * ``repaired``: human-readable lines about writes that landed on the wrong rows and
+      were put right (Google only).
+    """
 
     missing: list[str] = field(default_factory=list)
     rows: dict[str, int] = field(default_factory=dict)
     positions: dict[str, dict[str, int]] = field(default_factory=dict)
+    snapshots: list[Snapshot] = field(default_factory=list)
+    verified: dict[str, Snapshot] = field(default_factory=dict)
+    moved: list[str] = field(default_factory=list)
+    misplaced: list[dict[str, CellValue]] = field(default_factory=list)
+    repaired: list[str] = field(default_factory=list)
 
 
 class Store(Protocol):
@@ -213,12 +261,24 @@ class Store(Protocol):
         """Several column reads in one round trip, in order."""
         ...
 
-    def apply(self, changes: ChangeSet, *, verify_rows: bool = True) -> ApplyResult:
-        """Apply all changes atomically (see the module docstring).
+    def apply(
+        self,
+        changes: ChangeSet,
+        *,
+        baseline: Sequence[Snapshot] = (),
+        extra_reads: Sequence[Read] = (),
+    ) -> ApplyResult:
+        """Apply all changes atomically, every row addressed by its key (DESIGN.md §5).
 
-        ``verify_rows=False`` trusts the row numbers of the updates (the caller
-        located them moments ago) and saves the adapter a read; the local
-        backend always locates rows inside its transaction.
+        The local backend re-locates rows inside its transaction. The Google adapter, whose
+        API writes only by position, re-locates every keyed row right before the write (a
+        whole-column read; a snapshot in ``baseline``, a whole-worksheet read made moments
+        ago that covers the key and written columns, stands in for it), and verifies right
+        after: a write that a person's sort or insertion sent to other rows is put right
+        (the other rows get their values back, the targets get theirs), in at most a few
+        rounds. ``extra_reads`` are read after the write, in the verifying
+        request. Raises ``LeaseConflict`` if the lease compare-and-set fails (nothing
+        written), ``StoreError`` for other failures.
         """
         ...
 

@@ -42,12 +42,14 @@ from sheetq.store.base import (
     ChangeSet,
     DeleteRow,
     Formula,
+    MoveRow,
     Read,
     Row,
     SheetInfo,
     Snapshot,
     UpdateRow,
     WorkbookInfo,
+    cell_text,
     column_letter,
 )
 from sheetq.store.google_auth import GOOGLE_API, credentials_for, session_for, spreadsheet_key
@@ -139,6 +141,67 @@ def _runs(indexes: Iterable[int]) -> list[tuple[int, int]]:
     return runs
 
 
+REPAIR_ROUNDS = 3  # verify-and-repair rounds of one write before giving up
+
+
+def _grid(sheet_id: int, row_lo: int, row_hi: int, col: int, width: int = 1) -> dict[str, int]:
+    """A ``GridRange``: rows ``row_lo`` to ``row_hi`` (0-based, half-open), ``width``
+    columns from ``col``."""
+    return {
+        "sheetId": sheet_id,
+        "startRowIndex": row_lo,
+        "endRowIndex": row_hi,
+        "startColumnIndex": col,
+        "endColumnIndex": col + width,
+    }
+
+
+def _column_spans(source: Mapping[str, int], dest: Mapping[str, int]) -> list[tuple[int, int, int]]:
+    """(source column, destination column, width) for runs of named columns that sit side
+    by side in both worksheets; one span when both have the same column order."""
+    pairs = sorted((col, dest[name]) for name, col in source.items() if name in dest)
+    spans: list[tuple[int, int, int]] = []
+    for src, dst in pairs:
+        if spans and spans[-1][0] + spans[-1][2] == src and spans[-1][1] + spans[-1][2] == dst:
+            spans[-1] = (spans[-1][0], spans[-1][1], spans[-1][2] + 1)
+        else:
+            spans.append((src, dst, 1))
+    return spans
+
+
+def _delete_rows(sheet_id: int, lo: int, hi: int) -> dict[str, Any]:
+    """``deleteDimension`` of the 1-based rows ``lo``..``hi``."""
+    return {
+        "deleteDimension": {
+            "range": {
+                "sheetId": sheet_id,
+                "dimension": "ROWS",
+                "startIndex": lo - 1,
+                "endIndex": hi,
+            }
+        }
+    }
+
+
+def _positions(snap: Snapshot, column: str) -> dict[str, int]:
+    """Key → its first row in a whole-worksheet read."""
+    out: dict[str, int] = {}
+    for row in snap.rows:
+        key = row.text(column).strip()
+        if key and key not in out:
+            out[key] = row.number
+    return out
+
+
+def _same(a: CellValue, b: CellValue) -> bool:
+    return cell_text(a) == cell_text(b)
+
+
+def _holds(row: Row, values: Mapping[str, CellValue]) -> bool:
+    """Whether ``row`` holds every one of ``values`` (compared as cell text)."""
+    return all(_same(row.values.get(name), value) for name, value in values.items())
+
+
 class GoogleStore:
     """A Google spreadsheet as sheetq's store (see the module docstring)."""
 
@@ -160,6 +223,7 @@ class GoogleStore:
         self._requests = 0
         self._rng = random.Random()
         self._sleep = sleep
+        self._move_plan: list[tuple[str, int, int]] = []  # (worksheet, first row, last row)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> GoogleStore:
@@ -458,7 +522,7 @@ class GoogleStore:
                 Row(n, {name: rows.get(n, {}).get(name) for name in names})
                 for n in range(2, height + 1)
             ]
-            return Snapshot(read.worksheet, sheet.header, ordered)
+            return Snapshot(read.worksheet, sheet.header, ordered, tuple(names), whole=True)
         wanted = set(read.rows or ())
         out: list[Row] = []
         left = min((sheet.columns[n] for n in names), default=0)
@@ -474,24 +538,166 @@ class GoogleStore:
                     offset = number - lo
                     values[name] = column[offset] if offset < len(column) else None
                 out.append(Row(number, values))
-        return Snapshot(read.worksheet, sheet.header, out)
+        return Snapshot(read.worksheet, sheet.header, out, tuple(names))
 
     # --- apply ----------------------------------------------------------------
 
-    def apply(self, changes: ChangeSet, *, verify_rows: bool = True) -> ApplyResult:
-        """One atomic ``spreadsheets:batchUpdate`` (see the module docstring)."""
+    def apply(
+        self,
+        changes: ChangeSet,
+        *,
+        baseline: Sequence[Snapshot] = (),
+        extra_reads: Sequence[Read] = (),
+    ) -> ApplyResult:
+        """One atomic ``spreadsheets:batchUpdate``, every row addressed by its key.
+
+        The API writes only by position and has no compare-and-set on cells, so (DESIGN.md
+        §5, "Rows are addressed by task_id"):
+
+        1. *locate*: one ``values:batchGet`` of the whole key column and of every column the
+           write changes (the *pre-image* of every row), unless a ``baseline`` snapshot
+           already holds them;
+        2. *write*: the updates at the rows just located, appends, moves, the lease CAS;
+        3. *verify*: the same columns read again (with ``extra_reads``). Each target must
+           hold what was written; a row that is not a target but holds exactly what was
+           written for one (a person sorted or inserted rows between 1 and 2) gets its
+           pre-image back and the target is written again, re-located; then verified again
+           (at most ``REPAIR_ROUNDS`` rounds).
+
+        Moves (archive) copy and delete by position in the same request, so whatever rows
+        were really at those positions are kept in the destination; what arrived there is
+        read back and rows that were not meant are returned in ``misplaced``.
+        """
         result = ApplyResult()
-        if not changes:
+        if not changes and not extra_reads:
             return result
-        located = self._locate(changes, result) if verify_rows else None
-        if located:
-            result.positions = located
+        keyed = [u for u in changes.updates if u.key is not None]
+        if not keyed and not changes.deletes and not changes.moves:
+            if changes:
+                self._write(changes, {}, result)
+            if extra_reads:
+                result.snapshots = self.read(list(extra_reads))
+            return result
+        wanted = self._verify_columns(changes)
+        before = self._located(wanted, baseline)
+        self._write(changes, before, result)
+        moved_to = self._move_plan
+        self._move_plan = []
+        move_reads = [Read(to, None, rows=tuple(range(lo, hi + 1))) for to, lo, hi in moved_to]
+        rounds = 0
+        restores: dict[tuple[str, str], UpdateRow] = {}
+        while True:
+            after, extra = self._verify_read(wanted, [*move_reads, *extra_reads])
+            if move_reads:
+                self._check_moves(changes, extra[: len(move_reads)], result)
+                extra = extra[len(move_reads) :]
+                move_reads = []
+            repair = self._check(keyed, restores, before, after, result)
+            if not repair:
+                break
+            rounds += 1
+            if rounds > REPAIR_ROUNDS:
+                raise StoreError(
+                    "rows kept moving while sheetq wrote to the sheet (a person sorting or "
+                    f"inserting rows); {len(repair.updates)} row(s) may need a look: "
+                    + ", ".join(sorted(str(u.key) for u in repair.updates if u.key)[:10])
+                )
+            self._write(repair, after, result, repair=True)
+        result.snapshots = extra
+        result.verified = after
+        for title, snap in after.items():
+            column = self._key_column(changes, title)
+            result.positions[title] = _positions(snap, column)
+        queue = after.get(self._titles[0]) if self._titles else None
+        if queue is not None:
+            located = result.positions.get(queue.worksheet, {})
+            for update in keyed:
+                if update.worksheet == queue.worksheet and update.key in located:
+                    result.rows[str(update.key)] = located[str(update.key)]
+        return result
+
+    @staticmethod
+    def _key_column(changes: ChangeSet, title: str) -> str:
+        items: list[UpdateRow | DeleteRow | MoveRow] = [
+            *changes.updates,
+            *changes.deletes,
+            *changes.moves,
+        ]
+        for item in items:
+            if item.worksheet == title and item.key is not None:
+                return item.key_column
+        return "task_id"
+
+    @staticmethod
+    def _lease_failed(message: str, count: int) -> bool:
+        import re
+
+        match = re.search(r"requests\[(\d+)\]\.(\w+)", message)
+        if match:
+            return int(match.group(1)) < count
+        return "named range" in message.lower() or "namedrange" in message.lower()
+
+    def _verify_columns(self, changes: ChangeSet) -> dict[str, tuple[str, ...]]:
+        """Worksheet → the columns that locate and verify this write: the key columns, and
+        every column an update writes (their pre-image is what a repair puts back)."""
+        wanted: dict[str, dict[str, None]] = {}
+        for update in changes.updates:
+            if update.key is None:
+                continue
+            cols = wanted.setdefault(update.worksheet, {"task_id": None})
+            cols[update.key_column] = None
+            for name in update.values:
+                cols[name] = None
+        removals: list[DeleteRow | MoveRow] = [*changes.deletes, *changes.moves]
+        for item in removals:
+            cols = wanted.setdefault(item.worksheet, {"task_id": None})
+            cols[item.key_column] = None
+        for move in changes.moves:
+            wanted.setdefault(move.to, {"task_id": None})
+        return {title: tuple(cols) for title, cols in wanted.items()}
+
+    def _located(
+        self, wanted: Mapping[str, tuple[str, ...]], baseline: Sequence[Snapshot]
+    ) -> dict[str, Snapshot]:
+        """Step 1: a whole-column read per worksheet (or the caller's fresh baseline)."""
+        out: dict[str, Snapshot] = {}
+        for snap in baseline:
+            cols = wanted.get(snap.worksheet)
+            if cols is not None and snap.covers(cols):
+                out[snap.worksheet] = snap
+        titles = [t for t in wanted if t not in out]
+        if titles:
+            snaps = self.read([Read(t, wanted[t]) for t in titles])
+            out.update(zip(titles, snaps, strict=True))
+        return out
+
+    def _verify_read(
+        self, wanted: Mapping[str, tuple[str, ...]], extra_reads: Sequence[Read]
+    ) -> tuple[dict[str, Snapshot], list[Snapshot]]:
+        titles = list(wanted)
+        snaps = self.read([*(Read(t, wanted[t]) for t in titles), *extra_reads])
+        return dict(zip(titles, snaps[: len(titles)], strict=True)), snaps[len(titles) :]
+
+    def _write(
+        self,
+        changes: ChangeSet,
+        located: Mapping[str, Snapshot],
+        result: ApplyResult,
+        *,
+        repair: bool = False,
+    ) -> None:
+        """Step 2: build the batchUpdate from positions in ``located`` and send it."""
+        positions = {
+            title: _positions(snap, self._key_column(changes, title))
+            for title, snap in located.items()
+        }
         lease = self._lease_requests(changes)
-        requests = lease + self._update_requests(changes, located, result)
-        requests += self._delete_requests(changes, located, result)
+        requests = lease + self._update_requests(changes, positions, result, repair=repair)
+        requests += self._move_requests(changes, positions, located, result)
+        requests += self._delete_requests(changes, positions, result)
         requests += self._append_requests(changes)
         if not requests:
-            return result
+            return
         body = {"requests": requests}
         try:
             self._call(
@@ -503,49 +709,91 @@ class GoogleStore:
             if lease and self._lease_failed(str(exc), len(lease)):
                 raise LeaseConflict(f"the queue's run lease changed: {exc}") from None
             raise
-        return result
+
+    def _check(
+        self,
+        updates: Sequence[UpdateRow],
+        restores: dict[tuple[str, str], UpdateRow],
+        before: Mapping[str, Snapshot],
+        after: Mapping[str, Snapshot],
+        result: ApplyResult,
+    ) -> ChangeSet:
+        """Step 3: compare the fresh read with what was meant. Returns the repair (empty:
+        all is well): each target that does not hold its values is written again where it
+        is now, and each other row that holds exactly the values meant for a target, which
+        it did not hold before (the write landed on it), gets its pre-image back. Restores
+        found in earlier rounds (``restores``, updated here) are checked like targets."""
+        repair = ChangeSet()
+        missing = set(result.missing)
+        for title, snap in after.items():
+            mine = [u for u in updates if u.worksheet == title]
+            if not mine:
+                continue
+            column = mine[0].key_column
+            expected: dict[str, UpdateRow] = {str(u.key): u for u in mine}
+            expected.update({k: u for (t, k), u in restores.items() if t == title})
+            rows_of: dict[str, Row] = {}
+            for row in snap.rows:
+                rows_of.setdefault(row.text(column).strip(), row)
+            old = before.get(title)
+            pre: dict[str, Row] = {}
+            if old is not None:
+                for row in old.rows:
+                    pre.setdefault(row.text(column).strip(), row)
+            for key, update in expected.items():
+                now_at = rows_of.get(key)
+                if now_at is None:
+                    if key not in missing:
+                        missing.add(key)
+                        result.missing.append(key)
+                    continue
+                if not _holds(now_at, update.values):
+                    repair.updates.append(
+                        UpdateRow(title, key, now_at.number, update.values, column)
+                    )
+            for row in snap.rows:
+                key = row.text(column).strip()
+                if key in expected:
+                    continue
+                hit = next((u for u in mine if _holds(row, u.values)), None)
+                if hit is None:
+                    continue
+                earlier = pre.get(key) if key else None
+                if earlier is not None and _holds(earlier, hit.values):
+                    continue  # it held these values before the write: not our doing
+                restore: dict[str, CellValue] = {}
+                for name in hit.values:
+                    value = earlier.values.get(name) if earlier is not None else None
+                    restore[name] = "" if value is None else value
+                fix = UpdateRow(title, key or None, row.number, restore, column)
+                repair.updates.append(fix)
+                if key:
+                    restores[(title, key)] = fix
+                result.repaired.append(
+                    f"{title} row {row.number} ({key or 'a row without ' + column}) got a write "
+                    f"meant for {hit.key} (rows moved mid-write): put back"
+                )
+        return repair
 
     @staticmethod
-    def _lease_failed(message: str, count: int) -> bool:
-        import re
-
-        match = re.search(r"requests\[(\d+)\]\.(\w+)", message)
-        if match:
-            return int(match.group(1)) < count
-        return "named range" in message.lower() or "namedrange" in message.lower()
-
-    def _locate(self, changes: ChangeSet, result: ApplyResult) -> dict[str, dict[str, int]]:
-        """task_id → row, read fresh for each worksheet that gets updates or deletions.
-
-        The rows where the tasks were last seen are read first (a few cells); only if one
-        of them moved (a person sorted or inserted rows) is the whole task_id column read.
-        """
-        hints: dict[str, dict[str, int]] = {}
-        items: list[UpdateRow | DeleteRow] = [*changes.updates, *changes.deletes]
-        for item in items:
-            if item.key is not None:
-                hints.setdefault(item.worksheet, {})[item.key] = item.row
-        if not hints:
-            return {}
-        titles = sorted(hints)
-        snaps = self.read([Read(t, ("task_id",), rows=tuple(hints[t].values())) for t in titles])
-        found: dict[str, dict[str, int]] = {}
-        moved: list[str] = []
-        for title, snap in zip(titles, snaps, strict=True):
-            at = {row.number: row.text("task_id").strip() for row in snap.rows}
-            if all(at.get(number) == key for key, number in hints[title].items()):
-                found[title] = dict(hints[title])
-            else:
-                moved.append(title)
-        fresh = self.read([Read(t, ("task_id",)) for t in moved]) if moved else []
-        for title, snap in zip(moved, fresh, strict=True):
-            rows: dict[str, int] = {}
+    def _check_moves(changes: ChangeSet, arrived: Sequence[Snapshot], result: ApplyResult) -> None:
+        """What the moves' copy really carried: the destination rows it filled, read back.
+        Rows that were not meant go to ``result.misplaced`` (with ``_worksheet`` and
+        ``_row``: where they are now) for the caller to put back."""
+        meant = {m.key for m in changes.moves}
+        column = changes.moves[0].key_column if changes.moves else "task_id"
+        for snap in arrived:
             for row in snap.rows:
-                key = row.text("task_id").strip()
-                if key and key not in rows:
-                    rows[key] = row.number
-            found[title] = rows
-        return found
+                key = row.text(column).strip()
+                if key in meant and key not in result.moved:
+                    result.moved.append(key)
+                elif any(cell_text(v).strip() for v in row.values.values()):
+                    values: dict[str, CellValue] = {
+                        n: v for n, v in row.values.items() if cell_text(v) != ""
+                    }
+                    values["_worksheet"] = snap.worksheet
+                    values["_row"] = row.number
+                    result.misplaced.append(values)
 
     def _lease_requests(self, changes: ChangeSet) -> list[dict[str, Any]]:
         lease = changes.lease
@@ -588,29 +836,25 @@ class GoogleStore:
             out.append({"deleteNamedRange": {"namedRangeId": probe}})
         return out
 
-    def _row_for(
-        self,
-        update: UpdateRow | Any,
-        located: dict[str, dict[str, int]] | None,
-        result: ApplyResult,
-    ) -> int | None:
-        if update.key is None or located is None:
-            return int(update.row)
-        row = located.get(update.worksheet, {}).get(update.key)
-        if row is None:
-            result.missing.append(update.key)
-        return row
-
     def _update_requests(
-        self, changes: ChangeSet, located: dict[str, dict[str, int]] | None, result: ApplyResult
+        self,
+        changes: ChangeSet,
+        positions: Mapping[str, Mapping[str, int]],
+        result: ApplyResult,
+        *,
+        repair: bool = False,
     ) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         for update in changes.updates:
-            row = self._row_for(update, located, result)
+            if update.key is None:
+                row: int | None = update.row
+            else:
+                row = positions.get(update.worksheet, {}).get(update.key)
+                if row is None and repair:
+                    row = update.row  # a repair's row was read just now
             if row is None:
+                result.missing.append(str(update.key))
                 continue
-            if update.key is not None:
-                result.rows[update.key] = row
             sheet = self._sheet(update.worksheet)
             cells = {sheet.columns[n]: v for n, v in update.values.items() if n in sheet.columns}
             for lo, hi in _runs(cells):
@@ -629,30 +873,92 @@ class GoogleStore:
                 )
         return out
 
+    def _move_requests(
+        self,
+        changes: ChangeSet,
+        positions: Mapping[str, Mapping[str, int]],
+        located: Mapping[str, Snapshot],
+        result: ApplyResult,
+    ) -> list[dict[str, Any]]:
+        """Copy the rows at the located positions to the end of the destination, column by
+        column (header names may be in another order there), then delete those positions:
+        one atomic request, so whatever was really at those positions is kept."""
+        self._move_plan = []
+        if not changes.moves:
+            return []
+        by_pair: dict[tuple[str, str], list[int]] = {}
+        for move in changes.moves:
+            row = positions.get(move.worksheet, {}).get(move.key)
+            if row is None:
+                result.missing.append(move.key)
+                continue
+            by_pair.setdefault((move.worksheet, move.to), []).append(row)
+        out: list[dict[str, Any]] = []
+        deletes: list[dict[str, Any]] = []
+        for (source_title, to_title), rows in by_pair.items():
+            source, dest = self._sheet(source_title), self._sheet(to_title)
+            tail = located.get(to_title)
+            # the destination's last keyed row (1-based; rows below it are pushed down)
+            keyed = tail.rows if tail is not None else []
+            end = max((r.number for r in keyed if r.text("task_id").strip()), default=1)
+            runs = _runs(rows)
+            count = sum(hi - lo + 1 for lo, hi in runs)
+            out.append(
+                {
+                    "insertDimension": {
+                        "range": {
+                            "sheetId": dest.sheet_id,
+                            "dimension": "ROWS",
+                            "startIndex": end,
+                            "endIndex": end + count,
+                        },
+                        "inheritFromBefore": False,
+                    }
+                }
+            )
+            at = end  # 0-based index of the next destination row
+            spans = _column_spans(source.columns, dest.columns)
+            for lo, hi in runs:
+                for src_col, dst_col, width in spans:
+                    out.append(
+                        {
+                            "copyPaste": {
+                                "source": _grid(source.sheet_id, lo - 1, hi, src_col, width),
+                                "destination": _grid(
+                                    dest.sheet_id, at, at + hi - lo + 1, dst_col, width
+                                ),
+                                "pasteType": "PASTE_VALUES",
+                                "pasteOrientation": "NORMAL",
+                            }
+                        }
+                    )
+                at += hi - lo + 1
+            for lo, hi in reversed(runs):
+                deletes.append(_delete_rows(source.sheet_id, lo, hi))
+            self._move_plan.append((to_title, end + 1, end + count))
+        return out + deletes
+
     def _delete_requests(
-        self, changes: ChangeSet, located: dict[str, dict[str, int]] | None, result: ApplyResult
+        self,
+        changes: ChangeSet,
+        positions: Mapping[str, Mapping[str, int]],
+        result: ApplyResult,
     ) -> list[dict[str, Any]]:
         by_sheet: dict[str, set[int]] = {}
         for delete in changes.deletes:
-            row = self._row_for(delete, located, result)
-            if row is not None:
+            if delete.key is None:
+                row: int | None = delete.row
+            else:
+                row = positions.get(delete.worksheet, {}).get(delete.key)
+            if row is None:
+                result.missing.append(str(delete.key))
+            else:
                 by_sheet.setdefault(delete.worksheet, set()).add(row)
         out: list[dict[str, Any]] = []
         for title, rows in by_sheet.items():
             sheet = self._sheet(title)
             for lo, hi in reversed(_runs(rows)):
-                out.append(
-                    {
-                        "deleteDimension": {
-                            "range": {
-                                "sheetId": sheet.sheet_id,
-                                "dimension": "ROWS",
-                                "startIndex": lo - 1,
-                                "endIndex": hi,
-                            }
-                        }
-                    }
-                )
+                out.append(_delete_rows(sheet.sheet_id, lo, hi))
         return out
 
     def _append_requests(self, changes: ChangeSet) -> list[dict[str, Any]]:

@@ -154,9 +154,17 @@ class SqliteStore:
             self._db.execute("COMMIT")
 
     @_mapped
-    def apply(self, changes: ChangeSet, *, verify_rows: bool = True) -> ApplyResult:
+    def apply(
+        self,
+        changes: ChangeSet,
+        *,
+        baseline: Sequence[Snapshot] = (),
+        extra_reads: Sequence[Read] = (),
+    ) -> ApplyResult:
+        """One transaction: every row re-located by its key inside it, so a person's edit
+        can never come between locating and writing (``baseline`` is not needed)."""
         if not changes:
-            return ApplyResult()
+            return ApplyResult(snapshots=self.read(extra_reads) if extra_reads else [])
         self._requests += 1
         result = ApplyResult()
         try:
@@ -189,14 +197,34 @@ class SqliteStore:
                 sheet_id, cols = sheets[delete.worksheet]
                 row = self._locate(sheet_id, cols, delete.key_column, delete.key, delete.row)
                 if row is None:
-                    result.missing.append(delete.key)
+                    result.missing.append(str(delete.key))
                 else:
                     deletions.setdefault(sheet_id, []).append(row)
+            for move in changes.moves:
+                sheet_id, cols = sheets[move.worksheet]
+                row = self._locate(sheet_id, cols, move.key_column, move.key, move.row)
+                if row is None:
+                    result.missing.append(move.key)
+                    continue
+                to_id, to_cols = sheets[move.to]
+                names = [n for n in cols if n in to_cols]
+                picked = ", ".join(f"c{cols[n]}" for n in names)
+                found = self._db.execute(
+                    f"SELECT {picked} FROM ws_{sheet_id} WHERE r = ?", (row,)
+                ).fetchone()
+                self._append(
+                    to_id,
+                    to_cols,
+                    {n: v for n, v in zip(names, found, strict=True) if v not in (None, "")},
+                )
+                deletions.setdefault(sheet_id, []).append(row)
+                result.moved.append(move.key)
             for sheet_id, rows in deletions.items():
                 self._delete_rows(sheet_id, rows)
             for append in changes.appends:
                 sheet_id, cols = sheets[append.worksheet]
                 self._append(sheet_id, cols, append.values)
+            result.snapshots = [self._read_one(read) for read in extra_reads]
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
@@ -320,7 +348,7 @@ class SqliteStore:
                 ).fetchall()
         # SQLite gives back str, int, float or None as stored (never bytes: sheetq writes none)
         rows = [Row(rec[0], dict(zip(wanted, rec[1:], strict=True))) for rec in records]
-        return Snapshot(read.worksheet, header, rows)
+        return Snapshot(read.worksheet, header, rows, tuple(wanted), whole=read.rows is None)
 
     def _locate(
         self, sheet_id: int, cols: Mapping[str, int], key_column: str, key: str | None, hint: int

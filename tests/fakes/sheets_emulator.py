@@ -1304,7 +1304,6 @@ _UNSUPPORTED_KINDS = frozenset(
         "mergeCells",
         "unmergeCells",
         "updateBorders",
-        "copyPaste",
         "cutPaste",
         "findReplace",
         "pasteData",
@@ -2797,6 +2796,45 @@ class SheetsEmulator:
                 for c in range(box.c0 + given, box.c1):
                     if sheet.get(r, c) is not None:
                         _apply_cell(sheet, r, c, {}, mask)
+
+    def _bu_copyPaste(self, book: _Book, req: dict[str, Any]) -> None:
+        """Copy a range onto another (any sheet), tiling the source over a larger destination.
+        ``PASTE_NORMAL`` copies whole cells; ``PASTE_VALUES`` only values (a formula's
+        result), keeping the destination's format, note and validation."""
+        source, sbox, _ = self._req_range(book, req.get("source"))
+        dest, dbox, _ = self._req_range(book, req.get("destination"))
+        kind = req.get("pasteType", "PASTE_NORMAL")
+        if kind not in ("PASTE_NORMAL", "PASTE_VALUES"):
+            raise _ReqError(f"pasteType {kind} is not supported by sheets_emulator.")
+        if req.get("pasteOrientation", "NORMAL") != "NORMAL":
+            raise _ReqError("Only NORMAL pasteOrientation is supported by sheets_emulator.")
+        height, width = sbox.r1 - sbox.r0, sbox.c1 - sbox.c0
+        if height < 1 or width < 1:
+            return
+        copied = {
+            (r - sbox.r0, c - sbox.c0): source.get(r, c)
+            for r in range(sbox.r0, sbox.r1)
+            for c in range(sbox.c0, sbox.c1)
+        }
+        rows = max(dbox.r1 - dbox.r0, height)
+        cols = max(dbox.c1 - dbox.c0, width)
+        if dbox.r0 + rows > dest.rows or dbox.c0 + cols > dest.cols:
+            box = _Box(dbox.r0, dbox.c0, dbox.r0 + rows, dbox.c0 + cols)
+            raise _ReqError(str(_grid_limit_error(dest, box)))
+        for i in range(rows):
+            for j in range(cols):
+                cell = copied[(i % height, j % width)]
+                r, c = dbox.r0 + i, dbox.c0 + j
+                if kind == "PASTE_NORMAL":
+                    dest.put(r, c, None if cell is None or cell.is_empty() else cell)
+                    continue
+                old = dest.get(r, c) or _Cell()
+                value = None
+                if cell is not None and cell.value is not None:
+                    value = cell.effective if cell.value[0] == "formulaValue" else cell.value
+                effective, formatted = _derive(value, old.fmt)
+                new = old._replace(value=value, effective=effective, formatted=formatted)
+                dest.put(r, c, None if new.is_empty() else new)
 
     def _bu_appendCells(self, book: _Book, req: dict[str, Any]) -> None:
         sheet = self._req_sheet(book, req.get("sheetId", 0))
