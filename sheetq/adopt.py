@@ -8,6 +8,7 @@ not changed.
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime
 
 from sheetq.config import Settings
@@ -31,7 +32,12 @@ _COLUMNS = (
 def adopt_rows(store: Store, info: WorkbookInfo, settings: Settings, *, now: datetime) -> list[str]:
     """Fill the identity columns of old rows in one write; returns lines to print."""
     (snap,) = store.read([Read(settings.queue_sheet, _COLUMNS)])
-    changes = ChangeSet()
+    changes = ChangeSet()  # rows with a task_id, addressed by it
+    keyless = ChangeSet()  # rows without one, addressed by their payload text
+    # A row without a task_id is addressed by its payload text, so that text must be on no
+    # other row: else a write could not tell them apart.
+    texts = Counter(r.text("payload_json").strip() for r in snap.rows)
+    twins = 0
     bad: list[str] = []
     blank_status = 0
     for row in snap.rows:
@@ -60,16 +66,34 @@ def adopt_rows(store: Store, info: WorkbookInfo, settings: Settings, *, now: dat
             values["task_id"] = new_task_id()
         if not row.text("status").strip():
             blank_status += 1
-        if values:
-            changes.updates.append(
-                UpdateRow(settings.queue_sheet, task_id or None, row.number, values)
+        if not values:
+            continue
+        if task_id:
+            changes.updates.append(UpdateRow(settings.queue_sheet, task_id, row.number, values))
+        elif texts[text.strip()] > 1:
+            twins += 1
+        else:
+            keyless.updates.append(
+                UpdateRow(settings.queue_sheet, text.strip(), row.number, values, "payload_json")
             )
     lines: list[str] = []
-    if changes:
-        store.apply(changes)
+    # Every write is re-located by its key right before and verified right after (§5): a
+    # person sorting the sheet meanwhile never gets a row's identity written onto another.
+    adopted = 0
+    for part in (changes, keyless):
+        if part:
+            result = store.apply(part)
+            adopted += len(part.updates) - len(result.missing)
+    if adopted:
         lines.append(
-            f"{settings.queue_sheet}: adopted {len(changes.updates)} existing row(s) "
+            f"{settings.queue_sheet}: adopted {adopted} existing row(s) "
             "(payload_hash, idempotency_key, created_at, task_id filled where empty)"
+        )
+    if twins:
+        lines.append(
+            f"note: {twins} row(s) without task_id have the same payload as another row, so "
+            "sheetq cannot address them safely; type a unique task_id into each (any text, "
+            "e.g. legacy-1) and run `sheetq init` again"
         )
     lines.extend(f"warning: {message}; left as is" for message in bad[:20])
     if blank_status:

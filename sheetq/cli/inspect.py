@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from sheetq.cli._output import echo, emit_json, table
+from sheetq.cli._output import echo, emit_json, table, warn
 from sheetq.errors import UsageError
 
 STATUS_ORDER = ("pending", "processing", "retry", "done", "failed", "skipped")
@@ -30,7 +30,7 @@ def status(
     from sheetq.queue import STATUS_COLUMNS, parse_rows
     from sheetq.schema import check_schema
     from sheetq.store.base import Read
-    from sheetq.times import format_duration, zone
+    from sheetq.times import Unparseable, format_duration, zone
 
     settings = state.settings()
     store = state.store()
@@ -43,6 +43,7 @@ def status(
     by_type: dict[str, Counter[str]] = defaultdict(Counter)
     oldest = None
     due = owed = unrecognised = without_handler = 0
+    unparseable: list[str] = []  # waiting rows whose next_retry_at a person mistyped
     for row in rows:
         if row.status is None:
             unrecognised += 1
@@ -58,10 +59,18 @@ def status(
             if settings.type_config(row.type).handler is None:
                 without_handler += 1
             when = row.next_retry_at
+            if isinstance(when, Unparseable):
+                unparseable.append(f"{row.task_id} ({when.text!r})")
             if row.status is Status.RETRY and (not isinstance(when, datetime) or when <= now):
                 due += 1
         if row.status is Status.FAILED and not row.alerted_at:
             owed += 1
+    if unparseable:
+        warn(
+            f"{len(unparseable)} waiting row(s) have an unparseable next_retry_at, counted as "
+            f"due (DESIGN.md §2): {', '.join(unparseable[:5])}"
+            + (" …" if len(unparseable) > 5 else "")
+        )
     if as_json:
         emit_json(
             {
@@ -75,6 +84,7 @@ def status(
                 "unrecognised": unrecognised,
                 "without_handler": without_handler,
                 "total": len(rows),
+                "unparseable_next_retry_at": [u.split(" ", 1)[0] for u in unparseable],
             }
         )
         return

@@ -213,3 +213,24 @@ def test_requeue_task_keeps_the_failed_default_and_skip_refuses_finished(
     before = len(book.log(other))
     r = run_cli(["skip", "--task", other, "--json"])
     assert r.json()["skipped"] == 0 and len(book.log(other)) == before
+
+
+def test_init_leaves_twin_rows_without_task_id_for_a_person(empty_book: Book) -> None:
+    """Two rows without task_id and with the same payload cannot be told apart by any write:
+    `init` adopts the others, leaves those two as they are and says what to type."""
+    if not empty_book.spreadsheet.startswith("local:"):
+        pytest.skip("seeded through the local store")
+    from sheetq.store.sqlite import SqliteStore
+
+    store = SqliteStore(empty_book.spreadsheet[6:], create=True)
+    store.ensure_worksheets({"Queue": QUEUE_COLUMNS[:9]})
+    twin = ["", "", "lead", '{"lead_id": "L-7"}', "pending", "", "", "", ""]
+    store.write_rows(
+        "Queue", [twin, ["", "", "lead", '{"lead_id": "L-8"}', "pending"], twin], start_row=2
+    )
+    store.close()
+    r = run_cli(["init"])
+    assert r.code == 0, r.stderr
+    assert "adopted 1" in r.stdout and "2 row(s) without task_id" in r.stdout
+    ids = [row["task_id"] for row in empty_book.records()]
+    assert ids[0] == ids[2] == "" and ids[1].startswith("t_")

@@ -424,3 +424,24 @@ def test_at_in_the_past_runs_now(
     doc = run_cli(["process", "--json"]).json()
     assert doc["expired"] == 0 and doc["done"] == 1
     assert book.row_of(task["task_id"])["status"] == "done"
+
+
+@pytest.mark.parametrize("status", ["pending", "retry"])
+def test_unparseable_next_retry_at_is_due_and_warned(
+    book: Book, tmp_path: Path, status: str
+) -> None:
+    """A next_retry_at a person typed as 'not a date': the row runs (counted as due), and
+    both `status` and `process` say so on stderr (DESIGN.md §2)."""
+    write_config(f"[types.job]\ncommand = {_exit_handler(tmp_path, 'ok', 0)}\n")
+    task = _enqueue({"n": 1})
+    row = int(book.row_of(task)["_row"])
+    book.set_cell("Queue", row, "status", status)
+    book.set_cell("Queue", row, "next_retry_at", "not a date")
+    r = run_cli(["status", "--json"])
+    assert r.code == 0
+    assert r.json()["unparseable_next_retry_at"] == [task]
+    assert "unparseable next_retry_at" in r.stderr and task in r.stderr
+    r = run_cli(["process"])
+    assert r.code == 0
+    assert f"{task}: next_retry_at 'not a date'; treated as due" in r.stderr
+    assert book.row_of(task)["status"] == "done"
