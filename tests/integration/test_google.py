@@ -391,3 +391,60 @@ def test_rows_deleted_between_scan_and_claim_are_repaired(
     assert doc["done"] + sum(x["status"] == "done" for x in rows) == 4
     for x in gbook.records():
         assert [e["event"] for e in gbook.log(x["task_id"])].count("done") == 1
+
+
+def test_sort_right_after_the_claim_does_not_strand_the_batch(
+    gbook: GoogleBook, tmp_path: Path
+) -> None:
+    """A person reverses the rows the moment the claim is visible: the verifying read finds
+    the claimed tasks where they are now, all five run once, and nothing else changes."""
+    emu = gbook.emulator
+    _ok_config(tmp_path)
+    _fill(5)
+    header = [str(h) for h in gbook.grid("Queue")[0]]
+    reads = {"n": 0}
+
+    def after_claim(e: Any) -> None:
+        reads["n"] += 1
+        if reads["n"] == 2:  # the read right after the claim write
+            e.sort_rows(gbook.key, "Queue", header.index("task_id"), ascending=False)
+
+    emu.before_next(after_claim, op="values.batchGet", times=2)
+    doc = run_cli(["process", "--batch-size", "5", "--json"]).json()
+    assert doc["claimed"] == 5 and doc["done"] == 5, doc
+    assert reads["n"] == 2
+    rows = gbook.records()
+    assert [r["task_id"] for r in rows] == sorted((r["task_id"] for r in rows), reverse=True)
+    assert [r["status"] for r in rows] == ["done"] * 5
+    assert all(r["lease_owner"] == "" for r in rows)
+    assert_log_matches_queue(gbook)
+
+
+def test_sort_between_locate_and_result_write_is_put_right(
+    gbook: GoogleBook, tmp_path: Path
+) -> None:
+    """A sort between the re-location read and the result write sends the results to other
+    rows; the verifying read sees it, gives those rows their values back and writes each
+    result into its own task: every row ends as its own handler said."""
+    emu = gbook.emulator
+    _ok_config(tmp_path)
+    _fill(6)
+    assert run_cli(["process", "--batch-size", "3", "--json"]).json()["done"] == 3
+    header = [str(h) for h in gbook.grid("Queue")[0]]
+    writes = {"n": 0}
+
+    def before_write(e: Any) -> None:
+        writes["n"] += 1
+        if writes["n"] == 2:  # the result write
+            e.sort_rows(gbook.key, "Queue", header.index("task_id"), ascending=False)
+
+    emu.before_next(before_write, op="spreadsheets.batchUpdate", times=2)
+    r = run_cli(["process", "--batch-size", "3", "--json"])
+    assert r.code == 0 and r.json()["done"] == 3, r.stderr
+    assert "got a write meant for" in r.stderr
+    rows = gbook.records()
+    assert sorted(r["status"] for r in rows) == ["done"] * 6
+    for row in rows:
+        n = json.loads(row["payload_json"])["n"]
+        assert row["result"] == f"ok-{n}", row
+    assert_log_matches_queue(gbook)
