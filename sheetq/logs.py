@@ -37,7 +37,8 @@ class RedactingFilter(logging.Filter):
 
 
 def configure(verbose: int) -> None:
-    """``verbose``: 0 warnings, 1 info, 2+ debug (sheetq's own loggers)."""
+    """``verbose``: -1 errors only (``-q``), 0 warnings, 1 info, 2+ debug (sheetq's own
+    loggers, and at 2+ each HTTP request to the Sheets API as urllib3 logs it)."""
     root = logging.getLogger()
     if not any(isinstance(f, RedactingFilter) for h in root.handlers for f in h.filters):
         handler = logging.StreamHandler()
@@ -45,9 +46,19 @@ def configure(verbose: int) -> None:
         handler.addFilter(RedactingFilter())
         root.addHandler(handler)
     root.setLevel(logging.WARNING)
-    level = logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    level = (
+        logging.ERROR
+        if verbose < 0
+        else logging.WARNING
+        if verbose == 0
+        else logging.INFO
+        if verbose == 1
+        else logging.DEBUG
+    )
     logging.getLogger("sheetq").setLevel(level)
     for name in _QUIET:
         logging.getLogger(name).setLevel(logging.WARNING)
+    if verbose >= 2:  # the Sheets requests (gspread → requests → urllib3); never httpx/Telegram
+        logging.getLogger("urllib3").setLevel(logging.DEBUG)
     for name in _SILENT:
         logging.getLogger(name).setLevel(logging.ERROR if verbose < 2 else logging.DEBUG)

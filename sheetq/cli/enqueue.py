@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import sys
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -13,8 +12,6 @@ import typer
 from sheetq.cli._output import echo, emit_json, warn
 from sheetq.errors import ConflictError, InputError, UsageError
 
-# No ":" — it separates the type from the rest of the idempotency key (TYPE:K).
-TYPE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./-]{0,99}$")
 MAX_BAD_LINES_SHOWN = 10
 
 
@@ -113,19 +110,18 @@ def enqueue(
       sheetq enqueue lead --jsonl --file leads.jsonl --json
     """
     from sheetq.cli.app import state
+    from sheetq.config import TYPE_PATTERN, TYPE_RULE  # one rule for the CLI and sheetq.toml
     from sheetq.enqueue import enqueue as enqueue_tasks
     from sheetq.enqueue import prepare
     from sheetq.idempotency import parse_payload
     from sheetq.schema import check_schema
 
     if not TYPE_PATTERN.match(task_type):
-        raise UsageError(
-            f"TYPE {task_type!r}: use a letter or digit, then letters, digits and _ . / - "
-            "(at most 100 characters; no ':', which separates the type in idempotency keys)"
-        )
+        raise UsageError(f"TYPE {task_type!r}: {TYPE_RULE}")
     if jsonl and key is not None:
         raise UsageError("--key cannot be used with --jsonl: every line would share one key")
     text, source = _read_source(payload, file)
+    text = text.removeprefix("\ufeff")  # a UTF-8 BOM (Windows tools, some webhook relays)
     settings = state.settings()
     config = settings.type_config(task_type)
 
