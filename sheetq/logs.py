@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
+from typing import Any
 
 from sheetq.redact import redact
 
@@ -36,12 +38,24 @@ class RedactingFilter(logging.Filter):
         return True
 
 
+class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """A handler writing to whatever ``sys.stderr`` is now (not the one at start-up)."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass
+
+
 def configure(verbose: int) -> None:
     """``verbose``: -1 errors only (``-q``), 0 warnings, 1 info, 2+ debug (sheetq's own
     loggers, and at 2+ each HTTP request to the Sheets API as urllib3 logs it)."""
     root = logging.getLogger()
     if not any(isinstance(f, RedactingFilter) for h in root.handlers for f in h.filters):
-        handler = logging.StreamHandler()
+        handler = _Stderr()
         handler.setFormatter(logging.Formatter("sheetq: %(levelname)s %(name)s: %(message)s"))
         handler.addFilter(RedactingFilter())
         root.addHandler(handler)

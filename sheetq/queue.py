@@ -30,7 +30,7 @@ from sheetq.model import (
 from sheetq.redact import printable, shorten
 from sheetq.retry import Decision, Outcome, decide
 from sheetq.store.base import AppendRow, CellValue, ChangeSet, Row, UpdateRow, cell_text
-from sheetq.times import Unparseable, format_ts, parse_ts
+from sheetq.times import Unparseable, exact_duration, format_ts, parse_ts
 
 # Columns a `process` scan needs: everything but the large text cells.
 SCAN_COLUMNS = (
@@ -378,10 +378,11 @@ def plan_batch(
             and due_since is not None
             and now - due_since > timedelta(seconds=config.policy.max_age)
         ):
-            age = (now - due_since).total_seconds() / 3600
+            age = (now - due_since).total_seconds()
+            age = round(age / 60) * 60 if age >= 60 else age  # to the minute: "1h10m"
             message = (
-                f"expired: due for {age:.0f}h without running, max_age is "
-                f"{config.policy.max_age / 3600:g}h"
+                f"expired: due for {exact_duration(age)} without running, max_age is "
+                f"{exact_duration(config.policy.max_age)}"
             )
             change(
                 row,

@@ -60,6 +60,11 @@ def _when(delay: str | None, at: str | None, tz_name: str) -> datetime | None:
             raise UsageError(
                 f"--at: expected an ISO 8601 time after 1970 like 2026-12-01T09:00:00Z, got {at!r}"
             )
+        from sheetq.cli.app import state
+        from sheetq.times import MAX_DURATION
+
+        if (parsed - state.clock().now()).total_seconds() > MAX_DURATION:  # as --delay's limit
+            raise UsageError(f"--at {at}: more than 100 years from now; the task would never run")
         return parsed
     return None
 
@@ -220,6 +225,9 @@ def enqueue(
         )
     elif result.outcome == "enqueued":
         when = f", not before {tasks[0].not_before:%Y-%m-%dT%H:%M:%SZ}" if not_before else ""
+        if not_before and config.policy.max_age is not None:  # max_age counts from not-before
+            expires = not_before + timedelta(seconds=config.policy.max_age)
+            when += f"; expires unrun after {expires:%Y-%m-%dT%H:%M:%SZ}"
         echo(f"enqueued {result.task_id} (key {result.key}{when})")
     elif result.outcome == "duplicate":
         echo(f"duplicate: already task {result.task_id} (status {result.status}); nothing added")
