@@ -15,7 +15,7 @@ from typing import Any
 from sheetq.redact import redact
 
 _QUIET = ("httpx", "httpcore", "telegram", "telegram.ext", "urllib3", "gspread")
-_SILENT = ("google", "google.auth")  # its warnings repeat what sheetq says in its own words
+_SILENT = ("google", "google.auth", "stamina")  # sheetq says the same in its own words
 
 
 class RedactingFilter(logging.Filter):
