@@ -38,11 +38,25 @@ class SystemClock:
             time.sleep(seconds)
 
 
+class FixedClock(SystemClock):
+    """Wall-clock time fixed at ``at`` (what ``SHEETQ_NOW`` sets, to replay a run at a known
+    time), while elapsed time stays real: ``monotonic`` and ``sleep`` are the system's, so
+    durations, ``duration_ms``, ``--max-runtime`` and rate limits measure what happened."""
+
+    def __init__(self, at: datetime) -> None:
+        if at.tzinfo is None:
+            raise ValueError("FixedClock needs an aware datetime")
+        self._at = at.astimezone(UTC)
+
+    def now(self) -> datetime:
+        return self._at
+
+
 class FakeClock:
     """A clock that only moves when told to; ``sleep`` advances it at once.
 
-    Used by tests and by ``sheetq demo``; the CLI uses it when ``SHEETQ_NOW``
-    (ISO 8601) is set, to replay a run at a fixed time.
+    Used by tests and by ``sheetq demo`` (``SHEETQ_NOW`` uses ``FixedClock`` instead, whose
+    stopwatch is real).
     """
 
     def __init__(self, start: datetime | None = None) -> None:

@@ -9,6 +9,7 @@ when the handler is built, so a missing secret only stops its own type
 from __future__ import annotations
 
 import difflib
+import logging
 import os
 import re
 import shlex
@@ -23,6 +24,12 @@ from sheetq.retry import RetryPolicy
 from sheetq.times import parse_duration
 
 DEFAULT_CONFIG = "sheetq.toml"
+# A task type: no ":" — it separates the type from the rest of the idempotency key (TYPE:K).
+TYPE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./-]{0,99}$")
+TYPE_RULE = (
+    "use a letter or digit, then letters, digits and _ . / - "
+    "(at most 100 characters; no ':', which separates the type in idempotency keys)"
+)
 ON_UNKNOWN = ("retry", "reconcile", "fail")
 
 _POLICY_KEYS = {
@@ -268,6 +275,8 @@ def _rate(where: str, value: Any) -> RateLimit:
 
 def _type(name: str, raw: Any, defaults: TypeConfig, base_dir: Path) -> TypeConfig:
     where = f"[types.{name}]"
+    if not TYPE_PATTERN.match(name):
+        raise ConfigError(f"[types.{name!r}]: type {name!r}: {TYPE_RULE}")
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a table")
     _unknown_keys(where, raw, _TYPE_KEYS)
@@ -315,14 +324,24 @@ def _type(name: str, raw: Any, defaults: TypeConfig, base_dir: Path) -> TypeConf
 
 
 def read_toml(path: Path) -> dict[str, Any]:
-    """Read a TOML file; errors name the file, line and column (exit code 2)."""
+    """Read a TOML file (UTF-8, a BOM allowed); errors name the file, line and column
+    (exit code 2)."""
     try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+        data = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{path}: not UTF-8 text (line {line}, byte {exc.start}: {data[exc.start]:#04x}); "
+            "save it as UTF-8"
+        ) from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
 
 
 def load_settings(
@@ -394,7 +413,15 @@ def load_settings(
         value = env.get(env_name) or queue.get(key) or default
         if not isinstance(value, str) or not value.strip():
             raise ConfigError(f"{env_name} / [queue].{key}: expected a worksheet title")
-        return value
+        if value != value.strip():  # "  Queue  " would silently make a second worksheet
+            logging.getLogger("sheetq.config").warning(
+                "%s / [queue].%s: %r has spaces around it; using %r",
+                env_name,
+                key,
+                value,
+                value.strip(),
+            )
+        return value.strip()
 
     names = (
         pick("SHEETQ_QUEUE_SHEET", "queue_sheet", "Queue"),

@@ -100,8 +100,12 @@ def run_demo(
     directory: Path,
     say: Callable[[str], None],
     show_table: Callable[[str, list[str], list[list[object]]], None],
+    *,
+    keep: bool = True,
 ) -> int:
-    """Run the tour in ``directory``; returns 0. ``say`` prints a line, ``show_table`` a table."""
+    """Run the tour in ``directory``; returns 0. ``say`` prints a line, ``show_table`` a table.
+    ``keep`` false: the directory is removed afterwards, so the closing hints say how to keep
+    one instead of where to look."""
     from sheetq.enqueue import enqueue, prepare
     from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS
     from sheetq.runner import Runner, RunOptions, summary_line
@@ -164,10 +168,14 @@ def run_demo(
         for line in _alert_text(store, settings, clock).splitlines():
             say("   │ " + line)
         say("")
-        say("Next: look around with")
-        say(f"   cd {directory} && export SHEETQ_SPREADSHEET=local:demo.db")
-        say("   sheetq status; sheetq list --status failed; sheetq show <task_id>")
-        say("   sheetq requeue --type sms   # the dead-letter redrive")
+        if keep:
+            say("Next: look around with")
+            say(f"   cd {directory} && export SHEETQ_SPREADSHEET=local:demo.db")
+            say("   sheetq status; sheetq list --status failed; sheetq show <task_id>")
+            say("   sheetq requeue --type sms   # the dead-letter redrive")
+        else:
+            say("Next: keep a demo workbook to look around in, with")
+            say("   sheetq demo --dir ./sheetq-demo")
     finally:
         store.close()
     return 0

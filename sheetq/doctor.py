@@ -134,6 +134,7 @@ def check_configuration(
             detail = f"no {where.name} in {where.parent}: no task types configured"
             hint = "to run tasks, copy templates/sheetq.toml"
         checks = [fine("configuration", detail, hint)]
+    checks.append(_env_files(where))
     target = settings.spreadsheet
     if not target:
         what = "no spreadsheet named: SHEETQ_SPREADSHEET is not set"
@@ -145,6 +146,16 @@ def check_configuration(
             fine("spreadsheet", f"Google spreadsheet {target} via {settings.sheets_api_url}")
         )
     return settings, checks
+
+
+def _env_files(config: Path) -> Check:
+    """Which ``.env`` files were read (``sheetq.envfiles``): cron jobs start in ``$HOME``."""
+    from sheetq.envfiles import ENV_FILES
+
+    if ENV_FILES:
+        return fine(".env", "read " + ", then ".join(str(p) for p in ENV_FILES))
+    places = sorted({str(Path.cwd()), str(config.expanduser().absolute().parent)})
+    return fine(".env", f"none read (looked in {' and '.join(places)})")
 
 
 def _fallback_settings(spreadsheet: str | None, env: Mapping[str, str]) -> Settings:

@@ -32,8 +32,12 @@ def parse_payload(text: str, *, where: str = "payload") -> dict[str, Any]:
     try:
         value = json.loads(stripped, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
+        why = exc.msg
+        if why.startswith("Invalid control character"):  # json's text stops at "at"
+            char = json.dumps(exc.doc[exc.pos])[1:-1]
+            why = f"a raw control character inside a string (write it as {char})"
         raise InputError(
-            f"{where}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+            f"{where}: invalid JSON at line {exc.lineno}, column {exc.colno}: {why}"
         ) from None
     except ValueError as exc:
         raise InputError(f"{where}: {exc}") from None

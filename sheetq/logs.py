@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
+from typing import Any
 
 from sheetq.redact import redact
 
 _QUIET = ("httpx", "httpcore", "telegram", "telegram.ext", "urllib3", "gspread")
-_SILENT = ("google", "google.auth")  # its warnings repeat what sheetq says in its own words
+_SILENT = ("google", "google.auth", "stamina")  # sheetq says the same in its own words
 
 
 class RedactingFilter(logging.Filter):
@@ -36,18 +38,41 @@ class RedactingFilter(logging.Filter):
         return True
 
 
+class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """A handler writing to whatever ``sys.stderr`` is now (not the one at start-up)."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass
+
+
 def configure(verbose: int) -> None:
-    """``verbose``: 0 warnings, 1 info, 2+ debug (sheetq's own loggers)."""
+    """``verbose``: -1 errors only (``-q``), 0 warnings, 1 info, 2+ debug (sheetq's own
+    loggers, and at 2+ each HTTP request to the Sheets API as urllib3 logs it)."""
     root = logging.getLogger()
     if not any(isinstance(f, RedactingFilter) for h in root.handlers for f in h.filters):
-        handler = logging.StreamHandler()
+        handler = _Stderr()
         handler.setFormatter(logging.Formatter("sheetq: %(levelname)s %(name)s: %(message)s"))
         handler.addFilter(RedactingFilter())
         root.addHandler(handler)
     root.setLevel(logging.WARNING)
-    level = logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    level = (
+        logging.ERROR
+        if verbose < 0
+        else logging.WARNING
+        if verbose == 0
+        else logging.INFO
+        if verbose == 1
+        else logging.DEBUG
+    )
     logging.getLogger("sheetq").setLevel(level)
     for name in _QUIET:
         logging.getLogger(name).setLevel(logging.WARNING)
+    if verbose >= 2:  # the Sheets requests (gspread → requests → urllib3); never httpx/Telegram
+        logging.getLogger("urllib3").setLevel(logging.DEBUG)
     for name in _SILENT:
         logging.getLogger(name).setLevel(logging.ERROR if verbose < 2 else logging.DEBUG)

@@ -103,6 +103,8 @@ LOG_COLUMNS: tuple[str, ...] = (
 MAX_CELL_CHARS = 50_000  # Google Sheets: characters per cell
 MAX_ERROR_CHARS = 500
 MAX_RESULT_CHARS = 1_000
+# What a handler's result is kept to before the cell's cut, so the cut can say how much was lost.
+MAX_HANDLER_TEXT = 1_000_000
 MAX_KEY_CHARS = 200
 
 

@@ -27,10 +27,10 @@ from sheetq.model import (
     Event,
     Status,
 )
-from sheetq.redact import shorten
+from sheetq.redact import printable, shorten
 from sheetq.retry import Decision, Outcome, decide
 from sheetq.store.base import AppendRow, CellValue, ChangeSet, Row, UpdateRow, cell_text
-from sheetq.times import Unparseable, format_ts, parse_ts
+from sheetq.times import Unparseable, exact_duration, format_ts, parse_ts
 
 # Columns a `process` scan needs: everything but the large text cells.
 SCAN_COLUMNS = (
@@ -188,7 +188,7 @@ def log_row(
             "event": str(event),
             "status": str(status),
             "retry_count": retry_count,
-            "message": shorten(message, MAX_ERROR_CHARS),
+            "message": shorten(printable(message), MAX_ERROR_CHARS),
             "run_id": run_id,
             "duration_ms": "" if duration_ms is None else duration_ms,
         },
@@ -379,10 +379,11 @@ def plan_batch(
             and due_since is not None
             and now - due_since > timedelta(seconds=config.policy.max_age)
         ):
-            age = (now - due_since).total_seconds() / 3600
+            age = (now - due_since).total_seconds()
+            age = round(age / 60) * 60 if age >= 60 else age  # to the minute: "1h10m"
             message = (
-                f"expired: due for {age:.0f}h without running, max_age is "
-                f"{config.policy.max_age / 3600:g}h"
+                f"expired: due for {exact_duration(age)} without running, max_age is "
+                f"{exact_duration(config.policy.max_age)}"
             )
             change(
                 row,
@@ -474,14 +475,14 @@ def decision_values(decision: Decision, row: QueueRow, config: TypeConfig) -> di
         "retry_count": decision.retry_count,
         "next_retry_at": format_ts(decision.next_retry_at) if decision.next_retry_at else "",
         "error_class": str(decision.error_class) if decision.error_class else "",
-        "last_error": shorten(decision.message, MAX_ERROR_CHARS)
+        "last_error": shorten(printable(decision.message), MAX_ERROR_CHARS)
         if decision.status is not Status.DONE
         else "",
         "lease_owner": "",
         "lease_until": "",
     }
     if decision.status in (Status.DONE, Status.SKIPPED) or decision.result:
-        values["result"] = shorten(decision.result, MAX_RESULT_CHARS)
+        values["result"] = shorten(printable(decision.result), MAX_RESULT_CHARS)
     if decision.status is Status.FAILED:
         values["alerted_at"] = ""
     if not row.owner and config.owner:
@@ -508,6 +509,9 @@ def complete(
     message = (
         decision.message if decision.status is not Status.DONE else shorten(decision.result, 200)
     )
+    cut = result_cut(decision.result)
+    if cut:
+        message = f"result cut to {MAX_RESULT_CHARS:,} of {cut:,} characters; {message}"
     if decision.status in (Status.FAILED, Status.RETRY) and decision.error_class:
         message = f"{decision.error_class}: {message}"  # the log then says why on its own
     return ChangeSet(
@@ -527,6 +531,13 @@ def complete(
             )
         ],
     )
+
+
+def result_cut(result: str) -> int:
+    """The length of a handler's result if the ``result`` cell cannot hold it (it is then cut
+    to ``MAX_RESULT_CHARS``, ending with ``…``); 0 if it fits."""
+    length = len(printable(result.strip()))
+    return length if length > MAX_RESULT_CHARS else 0
 
 
 def release(

@@ -70,6 +70,22 @@ def redact(
     return text
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters written as escapes (``\\x1b``, ``\\x00``), so that a
+    handler's output can neither corrupt a terminal nor put raw bytes in a cell.
+
+    Escaped: C0 (U+0000–U+001F) except tab and newline, DEL and C1 (U+007F–U+009F), the
+    Unicode ``Cc`` category. A Windows line end (CR LF) becomes a newline first.
+    """
+    if not text:
+        return text
+    text = text.replace("\r\n", "\n")
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def shorten(text: str, limit: int) -> str:
     """At most ``limit`` characters; the cut is marked with ``…``."""
     text = text.strip()

@@ -38,6 +38,7 @@ from sheetq.queue import (
     parse_rows,
     plan_batch,
     release,
+    result_cut,
 )
 from sheetq.redact import plural, redact
 from sheetq.retry import Decision, Outcome, decide
@@ -222,6 +223,9 @@ class Runner:
         self.summary.seconds = self.clock.monotonic() - self._started
         self.summary.open_circuits = dict(self._open)
         self.summary.requests = self.store.requests_made
+        log.info(
+            "run %s: %.2fs, %d request(s)", self.run_id, self.summary.seconds, self.summary.requests
+        )
         return self.summary
 
     def _run_locked(self, options: RunOptions) -> None:
@@ -252,6 +256,7 @@ class Runner:
                 open_circuits=self._open,
             )
             self.summary.without_handler = plan.without_handler
+            log.info("scan: %d row(s), %d due task(s) to claim", len(rows), len(plan.claims))
             for note in plan.invalid_times:
                 self._note(f"unparseable {note}; treated as due")
             if options.dry_run:
@@ -352,6 +357,7 @@ class Runner:
         if plan.claims:
             self.summary.batches += 1
             self.summary.claimed += len(plan.claims)
+            log.info("batch %d: claimed %d task(s)", self.summary.batches, len(plan.claims))
         self._remember_plan_failures(plan)
         return True
 
@@ -543,6 +549,15 @@ class Runner:
                     outcome = self._on_unknown(config, task, payload_json, outcome)
         duration_ms = int((self.clock.monotonic() - started) * 1000)
         decision = self._decide(outcome, claim, config, task.payload if task else None)
+        log.info(
+            "%s %s: %s in %.2fs",
+            claim.row.task_id,
+            claim.row.type,
+            decision.status,
+            duration_ms / 1000,
+        )
+        if result_cut(decision.result):  # said once per type and run; each cut is in QueueLog
+            self._note(f"{claim.row.type}: results over 1,000 characters are cut (ending in …)")
         if event is Event.RECOVERED:
             self.summary.recovered += 1
         self._count(decision, claim, config)

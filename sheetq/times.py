@@ -141,3 +141,15 @@ def format_duration(seconds: float) -> str:
     if seconds < 86400:
         return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
     return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"
+
+
+def exact_duration(seconds: float) -> str:
+    """``4200`` → ``1h10m``, ``3600`` → ``1h``, ``259200`` → ``3d``: whole seconds, zero parts
+    left out (for limits and ages in messages, where rounding to hours misleads)."""
+    left = max(0, round(seconds))
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if left >= size:
+            parts.append(f"{left // size}{unit}")
+            left %= size
+    return "".join(parts) or "0s"

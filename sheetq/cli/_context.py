@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from sheetq.clock import Clock, FakeClock, SystemClock
+from sheetq.clock import Clock, FixedClock, SystemClock
 from sheetq.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -21,6 +21,7 @@ class Context:
     spreadsheet: str | None = None
     config: str | None = None
     verbose: int = 0
+    quiet: bool = False
     _settings: Settings | None = None
     _store: Store | None = None
     _clock: Clock | None = None
@@ -61,7 +62,8 @@ class Context:
 
 
 def clock_from_env() -> Clock:
-    """``SHEETQ_NOW`` (ISO 8601, UTC if no offset) freezes the clock: for replaying and tests."""
+    """``SHEETQ_NOW`` (ISO 8601, UTC if no offset) fixes the wall-clock time that decisions use
+    (due, expired, lease expiry), for replaying and tests; elapsed time stays real."""
     fixed = os.environ.get("SHEETQ_NOW", "").strip()
     if not fixed:
         return SystemClock()
@@ -73,4 +75,4 @@ def clock_from_env() -> Clock:
         from datetime import UTC
 
         when = when.replace(tzinfo=UTC)
-    return FakeClock(when)
+    return FixedClock(when)

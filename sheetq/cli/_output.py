@@ -6,12 +6,14 @@ Diagnostics always go to stderr.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
 
+_C1 = re.compile("[\x7f-\x9f]")
 _out: Console | None = None
 _err: Console | None = None
 
@@ -44,7 +46,10 @@ def warn(text: str) -> None:
 
 def emit_json(doc: Any) -> None:
     """The one JSON document of a ``--json`` command."""
-    sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=None, default=str) + "\n")
+    text = json.dumps(doc, ensure_ascii=False, indent=None, default=str)
+    # json escapes U+0000–U+001F itself; DEL and C1 too, so no terminal control reaches stdout
+    text = _C1.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    sys.stdout.write(text + "\n")
     sys.stdout.flush()
 
 
@@ -56,8 +61,12 @@ def table(
     justify_right: Sequence[int] = (),
 ) -> None:
     """A table: rich on a terminal, tab-free aligned text when piped."""
+    from sheetq.redact import printable
+
     console = out()
-    cells = [["" if v is None else str(v) for v in row] for row in rows]
+    # Cells hold data (a handler's output, a manager's typing): control characters are shown
+    # as escapes, never sent raw to the terminal.
+    cells = [["" if v is None else printable(str(v)) for v in row] for row in rows]
     if console.is_terminal:
         from rich.table import Table
 
@@ -66,8 +75,10 @@ def table(
             t.add_column(
                 name, justify="right" if index in justify_right else "left", overflow="fold"
             )
+        from rich.text import Text
+
         for row in cells:
-            t.add_row(*row)
+            t.add_row(*(Text(c) for c in row))  # data, not rich markup
         console.print(t)
         return
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]

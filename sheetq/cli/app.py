@@ -7,6 +7,7 @@ Exit codes (DESIGN.md §4): 0 success (including an identical duplicate),
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from typing import Annotated
 
@@ -65,16 +66,33 @@ def _options(
     ] = None,
     verbose: Annotated[
         int,
-        typer.Option("--verbose", "-v", count=True, help="More detail on stderr (-vv for debug)."),
+        typer.Option(
+            "--verbose",
+            "-v",
+            count=True,
+            help="More detail on stderr: -v what a run does (batches, claims, timings), "
+            "-vv also every Sheets API request. May also follow the command.",
+        ),
     ] = 0,
+    quiet: Annotated[
+        bool,
+        typer.Option("--quiet", "-q", help="Only errors on stderr. May also follow the command."),
+    ] = False,
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
     ] = False,
 ) -> None:
+    from sheetq.envfiles import load_beside_config
+
+    if load_beside_config(config):  # cron: the project's .env, though run from $HOME
+        import os
+
+        spreadsheet = spreadsheet or os.environ.get("SHEETQ_SPREADSHEET")
     state.spreadsheet = spreadsheet
     state.config = config
     state.verbose = verbose
-    _logging(verbose)
+    state.quiet = quiet
+    _logging(-1 if quiet else verbose)
 
 
 def _logging(verbose: int) -> None:
@@ -108,13 +126,17 @@ _register_lazy()
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``sheetq`` console script; returns (and exits with) the exit code."""
-    from dotenv import load_dotenv
+    from pathlib import Path
 
-    load_dotenv(".env", override=False)
+    from sheetq.envfiles import ENV_FILES, load_env_file
+
+    ENV_FILES.clear()
+    load_env_file(Path(".env"))
     _stop_on_sigterm()
     code = 0
     try:
-        result = app(args=argv, prog_name="sheetq", standalone_mode=False)
+        args = hoist_global_flags(list(sys.argv[1:] if argv is None else argv))
+        result = app(args=args, prog_name="sheetq", standalone_mode=False)
         code = result if isinstance(result, int) else 0
     except typer.Exit as exc:
         code = exc.exit_code
@@ -140,6 +162,49 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:
         sys.exit(code)
     return code
+
+
+_GLOBAL_WITH_VALUE = {"--spreadsheet", "-S", "--config", "-c"}
+_GLOBAL_FLAG = re.compile(r"-v+|--verbose|-q|--quiet")
+
+
+def hoist_global_flags(args: list[str]) -> list[str]:
+    """``sheetq process -v`` means ``sheetq -v process``: ``-v``/``-vv``/``--verbose`` and
+    ``-q``/``--quiet`` after the command move before it, unless the command has an option of
+    that name itself (``process -q``) or the word is the value of one of its options."""
+    i = 0
+    while i < len(args) and args[i].startswith("-") and args[i] != "--":
+        i += 2 if args[i] in _GLOBAL_WITH_VALUE else 1
+    if i >= len(args):
+        return args
+    import typer.main
+
+    command = getattr(typer.main.get_command(app), "commands", {}).get(args[i])
+    if command is None:
+        return args
+    own = {name: p for p in command.params for name in (*p.opts, *p.secondary_opts)}
+    moved: list[str] = []
+    rest: list[str] = []
+    tail = args[i + 1 :]
+    k = 0
+    while k < len(tail):
+        word = tail[k]
+        if word == "--":
+            rest += tail[k:]
+            break
+        param = own.get(word.split("=", 1)[0] if word.startswith("--") else word)
+        if param is not None:
+            rest.append(word)
+            takes_value = not (getattr(param, "is_flag", False) or getattr(param, "count", False))
+            if takes_value and "=" not in word and k + 1 < len(tail):
+                rest.append(tail[k + 1])
+                k += 1
+        elif _GLOBAL_FLAG.fullmatch(word):
+            moved.append(word)
+        else:
+            rest.append(word)
+        k += 1
+    return args[:i] + moved + [args[i]] + rest
 
 
 def _stop_on_sigterm() -> None:

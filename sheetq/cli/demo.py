@@ -13,8 +13,8 @@ def demo(
         str | None,
         typer.Option(
             "--dir",
-            help="Keep the demo workbook in this directory (default: a new temporary "
-            "directory, kept so you can look around).",
+            help="Keep the demo workbook in this directory to look around afterwards "
+            "(default: a temporary directory, removed at the end).",
         ),
     ] = None,
 ) -> None:
@@ -34,7 +34,17 @@ def demo(
     from sheetq.demo import MARKER, run_demo
     from sheetq.errors import UsageError
 
-    target = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="sheetq-demo-"))
+    if directory is None:  # a throwaway workbook: removed at the end, even after an error
+        with tempfile.TemporaryDirectory(prefix="sheetq-demo-") as temp:
+            run_demo(
+                Path(temp).resolve(),
+                echo,
+                lambda title, headers, rows: table(title, headers, rows),
+                keep=False,
+            )
+        echo(f"(ran in {temp}, now removed; `sheetq demo --dir DIR` keeps the workbook)")
+        return
+    target = Path(directory)
     if target.exists() and not target.is_dir():
         raise UsageError(f"--dir {directory}: not a directory")
     if target.is_dir() and any(target.iterdir()) and not (target / MARKER).exists():

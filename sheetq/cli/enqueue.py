@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import sys
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -13,8 +12,6 @@ import typer
 from sheetq.cli._output import echo, emit_json, warn
 from sheetq.errors import ConflictError, InputError, UsageError
 
-# No ":" — it separates the type from the rest of the idempotency key (TYPE:K).
-TYPE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./-]{0,99}$")
 MAX_BAD_LINES_SHOWN = 10
 
 
@@ -63,6 +60,11 @@ def _when(delay: str | None, at: str | None, tz_name: str) -> datetime | None:
             raise UsageError(
                 f"--at: expected an ISO 8601 time after 1970 like 2026-12-01T09:00:00Z, got {at!r}"
             )
+        from sheetq.cli.app import state
+        from sheetq.times import MAX_DURATION
+
+        if (parsed - state.clock().now()).total_seconds() > MAX_DURATION:  # as --delay's limit
+            raise UsageError(f"--at {at}: more than 100 years from now; the task would never run")
         return parsed
     return None
 
@@ -113,19 +115,18 @@ def enqueue(
       sheetq enqueue lead --jsonl --file leads.jsonl --json
     """
     from sheetq.cli.app import state
+    from sheetq.config import TYPE_PATTERN, TYPE_RULE  # one rule for the CLI and sheetq.toml
     from sheetq.enqueue import enqueue as enqueue_tasks
     from sheetq.enqueue import prepare
     from sheetq.idempotency import parse_payload
     from sheetq.schema import check_schema
 
     if not TYPE_PATTERN.match(task_type):
-        raise UsageError(
-            f"TYPE {task_type!r}: use a letter or digit, then letters, digits and _ . / - "
-            "(at most 100 characters; no ':', which separates the type in idempotency keys)"
-        )
+        raise UsageError(f"TYPE {task_type!r}: {TYPE_RULE}")
     if jsonl and key is not None:
         raise UsageError("--key cannot be used with --jsonl: every line would share one key")
     text, source = _read_source(payload, file)
+    text = text.removeprefix("\ufeff")  # a UTF-8 BOM (Windows tools, some webhook relays)
     settings = state.settings()
     config = settings.type_config(task_type)
 
@@ -224,6 +225,9 @@ def enqueue(
         )
     elif result.outcome == "enqueued":
         when = f", not before {tasks[0].not_before:%Y-%m-%dT%H:%M:%SZ}" if not_before else ""
+        if not_before and config.policy.max_age is not None:  # max_age counts from not-before
+            expires = not_before + timedelta(seconds=config.policy.max_age)
+            when += f"; expires unrun after {expires:%Y-%m-%dT%H:%M:%SZ}"
         echo(f"enqueued {result.task_id} (key {result.key}{when})")
     elif result.outcome == "duplicate":
         echo(f"duplicate: already task {result.task_id} (status {result.status}); nothing added")

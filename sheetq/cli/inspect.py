@@ -44,9 +44,12 @@ def status(
     oldest = None
     due = owed = unrecognised = without_handler = 0
     unparseable: list[str] = []  # waiting rows whose next_retry_at a person mistyped
+    strange: dict[str, int] = defaultdict(int)  # unrecognised statuses by type
     for row in rows:
         if row.status is None:
             unrecognised += 1
+            strange[row.type or "(empty)"] += 1
+            by_type[row.type or "(empty)"]  # the type has a line in the table even so
             continue
         name = str(row.status)
         counts[name] += 1
@@ -76,7 +79,9 @@ def status(
             {
                 "counts": {s: counts.get(s, 0) for s in STATUS_ORDER},
                 "by_type": {
-                    t: {s: c.get(s, 0) for s in STATUS_ORDER} for t, c in sorted(by_type.items())
+                    t: {s: c.get(s, 0) for s in STATUS_ORDER}
+                    | ({"unrecognised": strange[t]} if strange.get(t) else {})
+                    for t, c in sorted(by_type.items())
                 },
                 "oldest_waiting_seconds": None if oldest is None else round(oldest),
                 "due_retries": due,
@@ -88,16 +93,27 @@ def status(
             }
         )
         return
+    # Every row is counted, so the total is the JSON "total": a status a person typed that
+    # sheetq does not know gets its own column.
+    extra = ["unrecognised"] if unrecognised else []
     body = [
-        [t] + [c.get(s, 0) or "" for s in STATUS_ORDER] + [sum(c.values())]
+        [t]
+        + [c.get(s, 0) or "" for s in STATUS_ORDER]
+        + ([strange.get(t, 0) or ""] if extra else [])
+        + [sum(c.values()) + strange.get(t, 0)]
         for t, c in sorted(by_type.items())
     ]
-    body.append(["all"] + [counts.get(s, 0) for s in STATUS_ORDER] + [sum(counts.values())])
+    body.append(
+        ["all"]
+        + [counts.get(s, 0) for s in STATUS_ORDER]
+        + ([unrecognised] if extra else [])
+        + [len(rows)]
+    )
     table(
         f"{settings.queue_sheet} in {info.title}",
-        ["type", *STATUS_ORDER, "total"],
+        ["type", *STATUS_ORDER, *extra, "total"],
         body,
-        justify_right=tuple(range(1, len(STATUS_ORDER) + 2)),
+        justify_right=tuple(range(1, len(STATUS_ORDER) + len(extra) + 2)),
     )
     facts = [
         f"oldest waiting: {format_duration(oldest) if oldest is not None else '-'}",

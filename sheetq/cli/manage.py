@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -11,6 +12,7 @@ from sheetq.errors import UsageError
 
 if TYPE_CHECKING:
     from sheetq.model import Status
+    from sheetq.queue import QueueRow
 
 
 def init(
@@ -138,6 +140,7 @@ def requeue(
         task_ids=task_ids or (),
         dry_run=dry_run,
         as_json=as_json,
+        why=lambda row: _why_not_requeued(row, wanted, types or (), error_classes or ()),
     )
 
 
@@ -171,7 +174,57 @@ def skip(
         task_ids=task_ids,
         dry_run=dry_run,
         as_json=as_json,
+        why=_why_not_skipped,
     )
+
+
+def _held(row: QueueRow) -> str:
+    until = row.raw.values.get("lease_until") or "unknown"
+    return (
+        f"a run is working on it (lease_owner {row.lease_owner or '?'}, lease until {until}); "
+        "a task is never taken from its runner: wait, or after a crash let the next "
+        "`sheetq process` recover it"
+    )
+
+
+def _status_words(row: QueueRow) -> str:
+    text = row.status_text.strip()
+    if row.status is None:
+        return f"its status {text!r} is not one sheetq knows" if text else "its status is empty"
+    return f"it is {row.status}"
+
+
+def _why_not_requeued(
+    row: QueueRow, statuses: list[Status], types: Sequence[str], error_classes: Sequence[str]
+) -> str:
+    """Why ``requeue`` left this named task alone, in words a person can act on."""
+    from sheetq.model import Status
+
+    if row.status is Status.PROCESSING:
+        return _held(row)
+    if row.status not in statuses:
+        asked = ", ".join(str(s) for s in statuses)
+        hint = f"; add --status {row.status} to requeue it anyway" if row.status else ""
+        return f"{_status_words(row)}, and requeue takes {asked} rows{hint}"
+    if types and row.type not in types:
+        return f"its type is {row.type!r}, not {', '.join(types)} (--type)"
+    if error_classes and row.error_class not in error_classes:
+        return (
+            f"its error class is {row.error_class or 'empty'!r}, not "
+            f"{', '.join(error_classes)} (--error-class)"
+        )
+    return "it did not match the filters"
+
+
+def _why_not_skipped(row: QueueRow) -> str:
+    """Why ``skip`` left this named task alone."""
+    from sheetq.model import Status
+
+    if row.status is Status.PROCESSING:
+        return _held(row)
+    if row.status in (Status.DONE, Status.SKIPPED):
+        return f"it is already {row.status}; only pending, retry or failed tasks can be skipped"
+    return f"{_status_words(row)}; only pending, retry or failed tasks can be skipped"
 
 
 def _statuses(values: list[str]) -> list[Status]:
@@ -188,7 +241,11 @@ def _statuses(values: list[str]) -> list[Status]:
     return out
 
 
-def _change(verb: str, plan, *, task_ids, dry_run: bool, as_json: bool) -> None:  # type: ignore[no-untyped-def]
+def _change(  # type: ignore[no-untyped-def]
+    verb: str, plan, *, task_ids, dry_run: bool, as_json: bool, why: Callable[[QueueRow], str]
+) -> None:
+    """Plan, apply and report a change to named or filtered rows. Named tasks that were not
+    changed are reported one by one with the reason; if none of them was, exit 2."""
     from sheetq.cli.app import state
     from sheetq.queue import SCAN_COLUMNS, parse_rows
     from sheetq.schema import check_schema
@@ -209,11 +266,6 @@ def _change(verb: str, plan, *, task_ids, dry_run: bool, as_json: bool) -> None:
         gone = set(result.missing)
         picked = [r for r in picked if r.task_id not in gone]
     done_word = {"requeue": "requeued", "skip": "skipped"}[verb]
-    why = {
-        "requeue": "requeue takes failed rows unless --status says otherwise, never processing "
-        "ones; e.g. --status done runs a finished task again",
-        "skip": "only pending, retry or failed rows can be skipped",
-    }
     if as_json:
         emit_json(
             {
@@ -234,8 +286,8 @@ def _change(verb: str, plan, *, task_ids, dry_run: bool, as_json: bool) -> None:
         echo(f"{'would be ' if dry_run else ''}{done_word}: {len(picked)}")
     for task_id in unknown:
         warn(f"{task_id}: no such task in {settings.queue_sheet}")
-    status_of = {r.task_id: r.status_text.strip() or "empty" for r in rows}
+    by_id = {r.task_id: r for r in rows}
     for task_id in refused:
-        warn(f"{task_id}: not changed: its status is {status_of.get(task_id)!r} ({why[verb]})")
-    if unknown and not picked:
+        warn(f"{task_id}: not {done_word}: {why(by_id[task_id])}")
+    if task_ids and not picked:  # asked to act on named tasks, acted on none: a refusal
         raise typer.Exit(2)

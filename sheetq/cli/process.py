@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from sheetq.cli._output import echo, emit_json, err, warn
 from sheetq.errors import UsageError
+
+if TYPE_CHECKING:
+    from sheetq.config import Settings
 
 
 def process(
@@ -74,7 +78,9 @@ def process(
             runtime = parse_duration(max_runtime, what="--max-runtime", require_unit=True)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
+    quiet = quiet or state.quiet
     settings = state.settings()
+    _check_types(types or (), settings)
     options = RunOptions(
         batch_size=batch_size or settings.batch_size,
         max_batches=None if until_empty else (max_batches or 1),
@@ -144,3 +150,20 @@ def process(
         echo(f"{len(rows)} would be claimed" + (f"; also {', '.join(extra)}" if extra else ""))
         return
     echo(summary_line(summary))
+
+
+def _check_types(types: Sequence[str], settings: Settings) -> None:
+    """``--type`` names that have no handler: a warning each; exit 2 if none of them has one
+    (a typo would otherwise make a silent run that does nothing)."""
+    import difflib
+
+    configured = sorted(t for t, c in settings.types.items() if c.handler is not None)
+    missing = [t for t in dict.fromkeys(types) if t not in configured]
+    where = settings.config_path or "sheetq.toml (none found)"
+    for name in missing:
+        close = difflib.get_close_matches(name, configured, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        warn(f"--type {name!r}: no handler is configured for this type in {where}{hint}")
+    if types and len(missing) == len(set(types)):
+        known = ", ".join(configured) or "none"
+        raise UsageError(f"no given --type has a handler (configured types: {known})")

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO
 
 from sheetq.handlers import ReconcileAnswer
-from sheetq.model import ErrorClass, Status
+from sheetq.model import MAX_HANDLER_TEXT, ErrorClass, Status
 from sheetq.redact import shorten, tail
 from sheetq.retry import Outcome
 
@@ -190,7 +190,7 @@ def run_command(
     why = tail(ran.stderr, 400) or tail(ran.stdout, 200)
     code = ran.code
     if code == 0:
-        return Outcome.done(shorten(ran.last_line, 1000))
+        return Outcome.done(shorten(ran.last_line, MAX_HANDLER_TEXT))
     if code == EX_TEMPFAIL:
         return Outcome.retry(f"exit {code} (EX_TEMPFAIL): {why}".rstrip(": "))
     if code == EX_DATAERR:
@@ -213,7 +213,7 @@ def reconcile_command(
     """Exit 0: found (last stdout line → result); 1: not found; anything else: cannot tell."""
     ran = _run(argv, payload_json, env, timeout, cwd)
     if ran.code == 0:
-        return ReconcileAnswer(True, shorten(ran.last_line, 1000))
+        return ReconcileAnswer(True, shorten(ran.last_line, MAX_HANDLER_TEXT))
     if ran.code == 1:
         return ReconcileAnswer(False)
     why = ran.error or f"exit {ran.code}: {tail(ran.stderr, 300)}"

@@ -15,7 +15,7 @@ from email.utils import parsedate_to_datetime
 
 import httpx
 
-from sheetq.model import ErrorClass, Task
+from sheetq.model import MAX_HANDLER_TEXT, ErrorClass, Task
 from sheetq.redact import shorten
 from sheetq.retry import Outcome
 
@@ -71,7 +71,7 @@ def post_task(
     code = response.status_code
     body = response.text
     if 200 <= code < 300:
-        return Outcome.done(shorten(body, 1000))
+        return Outcome.done(shorten(body, MAX_HANDLER_TEXT))
     reason = f"HTTP {code} {response.reason_phrase}: {shorten(body, 300)}".rstrip(": ")
     if code == 429:
         return Outcome.retry(

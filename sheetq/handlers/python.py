@@ -18,7 +18,7 @@ from typing import Any
 
 from sheetq.errors import ConfigError, FailTask, OutcomeUnknown, RetryTask, SkipTask
 from sheetq.handlers import ReconcileAnswer, result_text
-from sheetq.model import Task
+from sheetq.model import MAX_HANDLER_TEXT, Task
 from sheetq.redact import shorten
 from sheetq.retry import Outcome
 
@@ -71,7 +71,7 @@ def call_function(target: str, task: Task, *, timeout: float, cwd: Path | None) 
     if kind == "timeout":
         return Outcome.unknown(f"still running after {timeout:g}s; abandoned")
     if kind == "value":
-        return Outcome.done(shorten(result_text(value), 1000))
+        return Outcome.done(shorten(result_text(value), MAX_HANDLER_TEXT))
     exc = value
     if isinstance(exc, RetryTask):
         return Outcome.retry(exc.message or "handler asked to retry", retry_after=exc.after)
@@ -93,7 +93,7 @@ def reconcile_function(
     if kind == "value":
         if value is None:
             return ReconcileAnswer(False)
-        return ReconcileAnswer(True, shorten(result_text(value), 1000))
+        return ReconcileAnswer(True, shorten(result_text(value), MAX_HANDLER_TEXT))
     if kind == "timeout":
         return ReconcileAnswer(None, message=f"reconcile check still running after {timeout:g}s")
     return ReconcileAnswer(None, message=f"reconcile check could not tell: {_last_line(value)}")

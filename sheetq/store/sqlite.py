@@ -93,7 +93,11 @@ class SqliteStore:
                 raise SchemaError(
                     f"{self.path}: not a sheetq workbook"
                     + (" (it holds another program's tables)" if other else "")
-                    + ("; choose another path" if create else "; run `sheetq init` to create one")
+                    + (
+                        "; sheetq never changes it: choose another path"
+                        if create or other  # `status` and `init` give the same answer
+                        else "; run `sheetq init` to create one"
+                    )
                 )
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")

@@ -123,6 +123,7 @@ def test_poison_task_ends_failed(
     assert (row["status"], row["retry_count"], row["error_class"]) == ("failed", "2", "unknown")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("separate_hosts", [False, True])
 def test_two_runs_at_once_never_run_a_task_twice(
     book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, separate_hosts: bool
@@ -271,6 +272,7 @@ def test_sigkill_takes_the_handler_down_too(
     assert not _alive(pid)
 
 
+@pytest.mark.slow
 def test_background_child_does_not_hold_the_outcome(book: Book, tmp_path: Path) -> None:
     """A handler that starts a background child (which keeps stdout open) and exits 0 is done,
     judged by its own exit code, not timed out."""

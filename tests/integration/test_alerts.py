@@ -214,6 +214,7 @@ def test_many_failures_one_message_all_marked(book: Book, fake: FakeBotAPI, tmp_
 # --- 4. flood control --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_retry_after_short_is_waited(book: Book, fake: FakeBotAPI, tmp_path: Path) -> None:
     """429 retry_after 1: sheetq waits about a second and sends in the same run."""
     configure(tmp_path)
@@ -345,6 +346,7 @@ def test_blocked_bot_says_what_to_fix(book: Book, fake: FakeBotAPI, tmp_path: Pa
 # --- 8. the token never shows -------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_token_never_in_output_or_logs(
     book: Book,
     fake: FakeBotAPI,
@@ -467,6 +469,7 @@ def _imports_telegram(*commands: list[str]) -> list[tuple[int, bool]]:
     return [(int(c), loaded == "True") for c, loaded in results]
 
 
+@pytest.mark.slow
 def test_telegram_imported_only_to_send(book: Book, fake: FakeBotAPI, tmp_path: Path) -> None:
     """--help, enqueue, status and a process run with nothing owed never import telegram."""
     configure(tmp_path)

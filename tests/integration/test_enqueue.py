@@ -22,6 +22,7 @@ def _queue_set(book: Book) -> set[tuple[str, str, str, str]]:
     }
 
 
+@pytest.mark.slow
 @needs_shared
 def test_leads_one_by_one_equals_one_jsonl_batch(
     book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -53,6 +54,7 @@ def test_leads_one_by_one_equals_one_jsonl_batch(
     print("leads.jsonl:", outcomes)
 
 
+@pytest.mark.slow
 @needs_shared
 def test_github_webhooks_round_trip_and_deduplicate(book: Book) -> None:
     """Each webhook payload reads back as its canonical JSON; enqueueing them again adds nothing."""

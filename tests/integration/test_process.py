@@ -24,6 +24,14 @@ def _at(monkeypatch: pytest.MonkeyPatch, when: datetime) -> None:
     monkeypatch.setenv("SHEETQ_NOW", when.strftime("%Y-%m-%dT%H:%M:%SZ"))
 
 
+def _fake_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every command of the test runs on one FakeClock: sleeps pass at once, time moves."""
+    from sheetq.clock import FakeClock
+
+    clock = FakeClock(NOW)
+    monkeypatch.setattr("sheetq.cli._context.clock_from_env", lambda: clock)
+
+
 def _enqueue(payload: dict[str, object], task_type: str = "job") -> str:
     r = run_cli(["enqueue", task_type, json.dumps(payload), "--json"])
     assert r.code == 0, r.stderr
@@ -121,6 +129,7 @@ def test_json_status_line_decides(
         assert row["next_retry_at"] == "2026-01-05T10:00:00Z"
 
 
+@pytest.mark.slow
 def test_timeout_is_unknown_outcome(
     book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -207,7 +216,7 @@ def test_rate_limit_spaces_calls(
     book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """rate_limit = "30/min" spaces handler starts 2 s apart (on the injected clock)."""
-    _at(monkeypatch, NOW)
+    _fake_clock(monkeypatch)
     calls = tmp_path / "calls.txt"
     monkeypatch.setenv("CALLS", str(calls))
     write_config(
@@ -350,6 +359,7 @@ def test_secrets_redacted_from_errors(book: Book, tmp_path: Path) -> None:
     assert all("abcdefghijklmnop123" not in e["message"] for e in book.log(task))
 
 
+@pytest.mark.slow
 def test_log_matches_queue_after_every_run(
     book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -380,7 +390,7 @@ def test_max_runtime_releases_unstarted_and_claims_no_new_batch(
     book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Past --max-runtime no task is started (released, no attempt used) and no batch claimed."""
-    _at(monkeypatch, NOW)
+    _fake_clock(monkeypatch)
     write_config(f"[types.job]\ncommand = {_exit_handler(tmp_path, 'ok', 0)}\nrate_limit = '1/s'\n")
     ids = [_enqueue({"n": i}) for i in range(7)]
     # the rate limit makes each start wait 1 s on the injected clock: starts at 0, 1, 2, 3 s

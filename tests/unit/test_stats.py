@@ -241,6 +241,7 @@ def test_timeline_buckets_hours_and_sparkline_scales() -> None:
     assert sparkline([1], top=100) == "▁"
 
 
+@pytest.mark.slow
 def test_two_hundred_thousand_rows_are_counted_exactly() -> None:
     """A large synthetic log gives exact counts (correctness at scale; speed is measured
     outside the test suite)."""
