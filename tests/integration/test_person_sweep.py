@@ -14,7 +14,11 @@ each edit a person makes in the browser is applied at that boundary (the emulato
 Each test is one (command, edit) pair; it measures the command's request count N on an
 unedited copy of the fixture, then loops over the boundaries k = 1..N-1, collects every
 broken promise and fails once with the whole list. The cases run are counted in ``CASES``
-and printed by the last test of the module.
+and printed by the last test of the module (run the whole module to see it).
+
+To extend: a command is a ``Command`` in ``_commands()`` (its fixture rows from the ``Row``
+builder, its arguments, its targets and a check of what they become); an edit is a function
+of a ``Ctx`` in ``EDITS``. Fixtures are built once per command and copied for each case.
 """
 
 from __future__ import annotations
@@ -843,7 +847,6 @@ def run(task):
 
 @pytest.fixture
 def setup(
-    request: pytest.FixtureRequest,
     sheets_emulator: SheetsEmulator,
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
