@@ -912,6 +912,52 @@ def test_person_edits_between_requests(
     assert emu.count() == 4 and emu.count("values.get") == 4
 
 
+def test_after_hooks_run_between_the_kth_request_and_the_next(
+    emu: SheetsEmulator, key: str, ws: gspread.Worksheet
+) -> None:
+    """after(k) edits the grid right after the k-th counted request (same numbering as
+    count(), failed requests not numbered), before the next is handled; each hook runs once."""
+    emu.set_values(key, "Queue", [["id"], ["t3"], ["t1"], ["t2"]])
+    emu.reset_counts()
+    seen: list[int] = []
+    emu.after(1, lambda e: seen.append(e.count()))
+    emu.after(2, lambda e: e.reverse_rows(key, "Queue"))
+    emu.after(2, lambda e: seen.append(e.count()))
+    emu.after(9, lambda e: seen.append(-1))
+    assert emu.pending_hooks() == 4
+    assert ws.get("A2:A4") == [["t3"], ["t1"], ["t2"]]  # request 1: hook 1 after the read
+    assert seen == [1]
+    emu.fail_next(503)  # answered 503: not numbered, no hook
+    with pytest.raises(APIError):
+        ws.get("A2:A4")
+    assert seen == [1] and emu.count() == 1
+    assert ws.get("A2:A4") == [["t3"], ["t1"], ["t2"]]  # request 2: reversed after it
+    assert seen == [1, 2] and emu.count() == 2
+    assert ws.get("A2:A4") == [["t2"], ["t1"], ["t3"]]  # request 3 sees the reversal
+    assert emu.pending_hooks() == 1
+    emu.reset_counts()  # numbering starts again; the hook for 9 is still waiting
+    for _ in range(9):
+        ws.get("A1")
+    assert seen == [1, 2, -1] and emu.pending_hooks() == 0
+    emu.after(1, lambda e: seen.append(0))
+    emu.clear_faults()  # forgets hooks not run yet
+    ws.get("A1")
+    assert seen == [1, 2, -1]
+    with pytest.raises(ValueError):
+        emu.after(0, lambda e: None)
+
+
+def test_reverse_rows_and_copy_spreadsheet(emu: SheetsEmulator, key: str) -> None:
+    """reverse_rows reverses the data rows under the header (blank rows too); a copied
+    spreadsheet is independent of its original."""
+    emu.set_values(key, "Queue", [["id", "n"], ["a", "1"], ["", ""], ["c", "3"]])
+    copy_key = emu.copy_spreadsheet(key)
+    emu.reverse_rows(key, "Queue")
+    assert emu.values(key, "Queue") == [["id", "n"], ["c", "3"], [], ["a", "1"]]
+    assert emu.values(copy_key, "Queue") == [["id", "n"], ["a", "1"], [], ["c", "3"]]
+    assert emu.sheet_id(copy_key, "QueueLog") == emu.sheet_id(key, "QueueLog")
+
+
 def test_structural_edits_move_named_and_protected_ranges(
     emu: SheetsEmulator, key: str, sh: gspread.Spreadsheet, ws: gspread.Worksheet
 ) -> None:

@@ -1374,6 +1374,8 @@ class SheetsEmulator:
         self._rng = random.Random(seed)
         self._books: dict[str, _Book] = {}
         self._faults: list[_Fault] = []
+        self._hooks: list[tuple[int, Callable[[SheetsEmulator], None]]] = []
+        self._counted = 0  # counted requests since the last reset_counts()
         self._sockets: set[socket.socket] = set()
         self._stopping = threading.Event()
         self._server: _Server | None = None
@@ -1593,6 +1595,25 @@ class SheetsEmulator:
                 raise ValueError("rows out of range")
             _delete_dimension(book, sheet, "ROWS", at_row - 1, at_row - 1 + count)
 
+    def reverse_rows(self, spreadsheet_id: str, title: str, *, header_rows: int = 1) -> None:
+        """A person reversing the order of the data rows (below ``header_rows``), as a sort by
+        a helper column would; blank rows among them move too, rows below the last value stay."""
+        with self._lock:
+            sheet = self._sheet(spreadsheet_id, title)
+            last = sheet.last_value_row()
+            if last <= header_rows:
+                return
+            sheet.grid[header_rows : last + 1] = sheet.grid[header_rows : last + 1][::-1]
+
+    def copy_spreadsheet(self, spreadsheet_id: str) -> str:
+        """A copy of a whole spreadsheet (sheets, values, formats, named and protected ranges)
+        under a new id, as "Make a copy" would; returns the new id (not counted)."""
+        with self._lock:
+            book = self._book(spreadsheet_id).clone()
+            book.id = self._new_spreadsheet_id()
+            self._books[book.id] = book
+            return book.id
+
     def move_column(self, spreadsheet_id: str, title: str, from_index: int, to_index: int) -> None:
         """A person dragging the 0-based column ``from_index`` so it ends at ``to_index``."""
         with self._lock:
@@ -1620,9 +1641,10 @@ class SheetsEmulator:
             return sum(1 for r in self.requests if r.counted and _op_matches(op, r.op, r.kinds))
 
     def reset_counts(self) -> None:
-        """Start counting afresh (also empties ``requests``)."""
+        """Start counting afresh (also empties ``requests``); ``after`` hooks count from here."""
         with self._lock:
             self.requests.clear()
+            self._counted = 0
 
     # -- fault injection ----------------------------------------------------------------
 
@@ -1669,10 +1691,28 @@ class SheetsEmulator:
         matching requests."""
         self._add_fault(_Fault("before", op, times, callback=callback))
 
+    def after(self, k: int, callback: Callable[[SheetsEmulator], None]) -> None:
+        """Run ``callback(emulator)`` (e.g. a person sorting) right after the ``k``-th counted
+        request since the last ``reset_counts()`` has been applied, before its reply is sent, so
+        before the client can send the next request. Numbering is that of ``count()``: requests
+        answered 429 or 5xx and dropped replies are not numbered. Several hooks may be
+        registered, also for the same ``k`` (run in registration order); each runs once. A
+        callback that raises is recorded in ``errors`` and the reply is sent anyway."""
+        if k < 1:
+            raise ValueError("k must be >= 1")
+        with self._lock:
+            self._hooks.append((k, callback))
+
+    def pending_hooks(self) -> int:
+        """How many ``after`` hooks have not run yet."""
+        with self._lock:
+            return len(self._hooks)
+
     def clear_faults(self) -> None:
-        """Forget every queued fault."""
+        """Forget every queued fault and every ``after`` hook not run yet."""
         with self._lock:
             self._faults.clear()
+            self._hooks.clear()
 
     def pending_faults(self) -> int:
         """How many queued faults are not consumed yet."""
@@ -1796,7 +1836,21 @@ class SheetsEmulator:
             status, payload = 500, _ApiError(500).body()
         record.status = status
         record.counted = status != 429 and status < 500
+        if record.counted:
+            self._run_hooks()
         self._respond(handler, status, payload, headers)
+
+    def _run_hooks(self) -> None:
+        """Number a counted request and run the ``after`` hooks due at that number."""
+        with self._lock:
+            self._counted += 1
+            due = [hook for hook in self._hooks if hook[0] == self._counted]
+            self._hooks = [hook for hook in self._hooks if hook[0] != self._counted]
+            for _, callback in due:
+                try:
+                    callback(self)
+                except Exception:
+                    self.errors.append(traceback.format_exc())
 
     @staticmethod
     def _read_body(handler: _Handler) -> bytes:
