@@ -372,3 +372,19 @@ def _landed(entry: TaskEntry, row: QueueRow | None, dead: str) -> bool:
         and str(row.status) == entry.outcome
         and row.lease_owner != dead
     )
+
+
+def host_lock_held(lock_file: Path) -> bool | None:
+    """Whether a process holds this host lock file now, read from ``/proc/locks`` (Linux);
+    ``None`` when that cannot be told. Read-only: never takes the lock, so it cannot make a
+    starting ``process`` think the queue is busy."""
+    try:
+        st = lock_file.stat()
+        text = Path("/proc/locks").read_text()
+    except OSError:
+        return None
+    ident = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    return any(
+        len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == ident
+        for fields in (line.split() for line in text.splitlines())
+    )

@@ -207,8 +207,15 @@ def test_kill_while_a_handler_runs_local(
     batch.wait(lambda: len(batch.calls()) > k, f"handler {k + 1} to start")
     batch.wait(lambda: batch.ended() == k, f"{k} outcomes in the journal")
     running = batch.calls()[k]
+    assert run_cli(["status", "--json"]).json()["held_by_gone_runs"] == []  # still running
     batch.kill()
     assert {r["status"] for r in local_book.records()} == {"processing"}
+    # status tells a person what will happen: the run was killed here, its journal applies
+    (dead,) = batch.journal().runs
+    (group,) = run_cli(["status", "--json"]).json()["held_by_gone_runs"]
+    assert (group["run_id"], group["count"], group["host_journal"]) == (dead, 10, True)
+    assert group["on_unknown"] == {"risky": "fail", "safe": "retry"}
+    assert f"10 processing under run {dead}, killed on this host" in run_cli(["status"]).stdout
     _rerun_and_check(
         batch,
         finished=finished,
