@@ -240,6 +240,8 @@ def test_interrupted_run_kills_handler_and_gives_back_the_rest(
     assert rows[ids[0]]["status"] == "processing"
     for task in ids[1:]:
         assert (rows[task]["status"], rows[task]["retry_count"]) == ("pending", "0")
+    journals = list((tmp_path / "locks").glob("*.journal"))
+    assert journals and all(j.stat().st_size == 0 for j in journals), "all written: no replay"
     monkeypatch.setenv("PIDS", str(tmp_path / "later.txt"))
     doc = run_cli(["process", "--dry-run", "--json"]).json()
     assert doc["recovered"] == 1  # no need to wait for the lease: it ended at the interrupt
