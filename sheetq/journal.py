@@ -27,7 +27,6 @@ does not match (a kill mid-write tears the last line) is ignored.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import zlib
 from collections.abc import Mapping, Sequence
@@ -41,8 +40,6 @@ from sheetq.model import Status
 from sheetq.queue import Claim, QueueRow, release
 from sheetq.store.base import AppendRow, ChangeSet, UpdateRow
 from sheetq.times import format_ts
-
-log = logging.getLogger("sheetq.journal")
 
 VERSION = 1
 
@@ -116,18 +113,27 @@ class Journal:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._dirty = False  # something written since the last clear
+        self.problem = ""  # why the journal could not be written, if it could not
 
     # --- writing ------------------------------------------------------------------
 
     def _append(self, records: Sequence[Mapping[str, Any]]) -> None:
-        new = not self.path.exists()
+        """Append and fsync. A journal that cannot be written (disk full, permissions) does
+        not stop the run: ``problem`` says why (the runner reports it), and a kill would then
+        leave outcomes unknown, as without a journal."""
         data = b"".join(_line({"v": VERSION, **r}) for r in records)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+            new = not self.path.exists()
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.write(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            if not self.problem:
+                self.problem = f"host journal {self.path} not written ({exc.strerror or exc})"
+            return
         if new:
             _fsync_dir(self.path.parent)
         self._dirty = True
@@ -198,7 +204,7 @@ class Journal:
             return
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_TRUNC)
-        except FileNotFoundError:
+        except OSError:  # gone, or never writable (already warned)
             self._dirty = False
             return
         try:
@@ -215,6 +221,9 @@ class Journal:
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:
+            return state
+        except OSError as exc:
+            self.problem = f"host journal {self.path} not readable ({exc.strerror or exc})"
             return state
         state.size = len(data)
         for raw in data.splitlines(keepends=True):

@@ -221,6 +221,8 @@ class Runner:
         return self._finish()
 
     def _finish(self) -> RunSummary:
+        if self._journal.problem:
+            self._note(f"{self._journal.problem}: a kill would leave finished outcomes unknown")
         self.summary.seconds = self.clock.monotonic() - self._started
         self.summary.open_circuits = dict(self._open)
         self.summary.requests = self.store.requests_made

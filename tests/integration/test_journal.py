@@ -123,3 +123,13 @@ def test_torn_journal_alone_does_not_stop_a_run(local: LocalBook, tmp_path: Path
     assert doc["done"] == 1 and "journal" not in doc
     assert any("torn or damaged" in note for note in doc["notes"])
     assert journal.path.read_bytes() == b""
+
+
+def test_unwritable_journal_warns_and_the_run_goes_on(local: LocalBook, tmp_path: Path) -> None:
+    """A journal that cannot be written does not stop processing: one warning, tasks done."""
+    run_cli(["enqueue", "job", "{}"])
+    journal = _journal_of(tmp_path)
+    journal.path.mkdir()  # a directory where the file should be
+    result = run_cli(["process", "--json"])
+    assert result.code == 0 and result.json()["done"] == 1
+    assert "a kill would leave finished outcomes unknown" in result.stderr
