@@ -58,6 +58,7 @@ STATUS_COLUMNS = (
     "alerted_at",
     "error_class",
     "lease_until",
+    "lease_owner",
 )
 KEY_COLUMNS = ("task_id", "idempotency_key", "payload_hash", "status")
 _FAR_FUTURE = datetime.max.replace(tzinfo=None)

@@ -28,6 +28,7 @@ from sheetq.config import Settings, TypeConfig
 from sheetq.errors import Interrupted, LeaseConflict, StoreError
 from sheetq.handlers import run_reconcile, run_task
 from sheetq.idempotency import parse_payload
+from sheetq.journal import Journal, Recovery, journal_path, plan_recovery
 from sheetq.model import ErrorClass, Event, Status, Task, new_run_id
 from sheetq.queue import (
     SCAN_COLUMNS,
@@ -81,6 +82,7 @@ class RunSummary:
     notes: list[str] = field(default_factory=list)
     open_circuits: dict[str, str] = field(default_factory=dict)
     requests: int = 0
+    journal: Recovery | None = None  # what this run applied of a killed run's host journal
 
     def as_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -107,6 +109,8 @@ class RunSummary:
         }
         if self.would_claim:
             doc["would_claim"] = self.would_claim
+        if self.journal is not None:
+            doc["journal"] = self.journal.as_json()
         return doc
 
 
@@ -196,6 +200,7 @@ class Runner:
         self._positions: dict[str, int] = {}  # task_id → row, when known fresher than a scan
         self._claim_rows: list[Row] = []  # the claimed rows as read back after the claim
         self._claim_positions: dict[str, int] = {}  # task_id → row, verified after the claim
+        self._journal = Journal(journal_path(lock_path(settings)))
 
     # --- the run ---------------------------------------------------------------
 
@@ -220,6 +225,8 @@ class Runner:
         return self._finish()
 
     def _finish(self) -> RunSummary:
+        if self._journal.problem:
+            self._note(f"{self._journal.problem}: a kill would leave finished outcomes unknown")
         self.summary.seconds = self.clock.monotonic() - self._started
         self.summary.open_circuits = dict(self._open)
         self.summary.requests = self.store.requests_made
@@ -234,6 +241,8 @@ class Runner:
         self.info = info
         self._tz = zone(info.time_zone)
         self._seen_lease = info.leases.get(self._lease_name)
+        if not self._apply_journal(options):
+            return
         last_rows: list[QueueRow] = []
         while True:
             if self._out_of_time(options):
@@ -272,6 +281,62 @@ class Runner:
             if not ran_any:
                 break
         self._alerts(last_rows)
+
+    def _apply_journal(self, options: RunOptions) -> bool:
+        """Apply what this host's journal knows of a run that was killed (DESIGN.md §5 "A kill
+        loses no finished work"): its finished outcomes, its never-started tasks given back,
+        its started-but-unfinished tasks made recoverable now. We hold the host lock, so the
+        journal's run is dead. One read and one write, only after a kill. ``False``: another
+        live run holds the queue's lease (the journal is kept for later)."""
+        state = self._journal.load()
+        if state.damaged:
+            self._note(
+                f"host journal {self._journal.path}: {state.damaged} torn or damaged line(s) "
+                "ignored"
+            )
+        if not state:
+            if state.size:
+                self._journal.clear()
+            return True
+        runs = ", ".join(sorted(state.runs))
+        if options.dry_run:
+            self._note(
+                f"this host's journal holds the work of killed run {runs}; the next run "
+                "applies it first"
+            )
+            return True
+        now = self.clock.now()
+        current = self._seen_lease
+        if current is not None and current not in state.leases:
+            expiry = lease_expiry(current)
+            if expiry is not None and expiry > now:
+                self.summary.locked = "another sheetq run holds this queue's lease"
+                self._note(
+                    f"host journal of killed run {runs} kept: applied when the queue is free"
+                )
+                return False
+        rows = self._scan()
+        recovery = plan_recovery(state, rows, now=now, run_id=self.run_id, settings=self.settings)
+        # the killed run's lease, if it still stands, is released in the same request: its
+        # token is in the journal, or it has expired (compare-and-set: fails if replaced)
+        recovery.changes.lease = LeaseChange(self._lease_name, None, current)
+        try:
+            self.store.apply(recovery.changes)
+        except LeaseConflict:
+            self.summary.locked = "another sheetq run took this queue's lease"
+            return False
+        self._seen_lease = None
+        self._journal.clear()
+        self.summary.journal = recovery
+        self.summary.released += recovery.returned
+        for note in recovery.notes:
+            self._note(note)
+        self._note(
+            f"host journal of killed run {runs} applied: {recovery.applied} finished outcome(s) "
+            f"written, {recovery.returned} unstarted task(s) returned without an attempt, "
+            f"{recovery.unknown} started and unfinished (recovered now per on_unknown)"
+        )
+        return True
 
     def _out_of_time(self, options: RunOptions) -> bool:
         return (
@@ -331,6 +396,7 @@ class Runner:
         plan.changes.lease = change
         queue = self.settings.queue_sheet
         numbers = tuple(c.row.row for c in plan.claims)
+        self._journal.claimed(self.run_id, change.token, plan.lease_until, plan.claims)
         try:
             # The scan moments ago locates the rows; the verifying read also reads the
             # claimed rows back whole, so the read-back costs no request of its own.
@@ -342,6 +408,7 @@ class Runner:
         except LeaseConflict:
             self.summary.locked = "another sheetq run took this queue's lease"
             self._lease = None
+            self._journal.clear()  # nothing was claimed
             return False
         self._lease = change.token
         self._seen_lease = change.token
@@ -426,6 +493,7 @@ class Runner:
             results.extend(self._release(claim, "row moved between claim and read-back"))
         stop: BaseException | None = None
         for index, (claim, row) in enumerate(keep):
+            outcome: ChangeSet | None = None
             try:
                 config = self.settings.type_config(claim.row.type)
                 reason = self._cannot_start(claim, config, plan.lease_until, options)
@@ -433,11 +501,19 @@ class Runner:
                     results.extend(self._release(claim, reason))
                     continue
                 self._wait_rate_limit(config)
-                results.extend(self._run_one(claim, row, config))
+                self._journal.started(self.run_id, claim)
+                outcome = self._run_one(claim, row, config)
+                results.extend(outcome)
+                self._journal.ended(self.run_id, claim.row.task_id, outcome)
                 ran_any = True
             except (KeyboardInterrupt, Interrupted) as exc:
                 stop = exc
-                results.extend(self._interrupted(claim, [c for c, _ in keep[index + 1 :]]))
+                unstarted = [c for c, _ in keep[index + 1 :]]
+                if outcome is None:
+                    results.extend(self._interrupted(claim, unstarted))
+                else:  # the handler had returned: its outcome is known and kept
+                    for other in unstarted:
+                        results.extend(self._release(other, "the run was interrupted"))
                 break
         results.lease = LeaseChange(self._lease_name, None, self._lease)
         try:
@@ -447,6 +523,7 @@ class Runner:
             self._note("run lease expired during the batch; results written without it")
             results.lease = None
             applied = self.store.apply(results)
+        self._journal.clear()  # the batch is in the sheet: nothing left to replay
         self._lease = None
         self._seen_lease = None
         for line in applied.repaired:
@@ -463,10 +540,14 @@ class Runner:
             self._note(f"{key}: row deleted by a person before its result was written")
         if stop is not None:
             code = stop.exit_code if isinstance(stop, Interrupted) else 130
-            raise Interrupted(
+            current = (
                 f"{self.summary.interrupted}: its outcome is unknown and the next run recovers "
-                f"it as a lost outcome; {self.summary.released} unstarted task(s) released",
-                code,
+                "it as a lost outcome; "
+                if self.summary.interrupted
+                else "the running task had finished and its outcome was written; "
+            )
+            raise Interrupted(
+                f"{current}{self.summary.released} unstarted task(s) released", code
             ) from None
         return ran_any
 

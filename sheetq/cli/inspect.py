@@ -17,7 +17,8 @@ STATUS_ORDER = ("pending", "processing", "retry", "done", "failed", "skipped")
 def status(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
 ) -> None:
-    """Counts by status × type, oldest waiting age, due retries, owed alerts.
+    """Counts by status × type, oldest waiting age, due retries, owed alerts, and rows held
+    by a run that is gone (crashed or killed): when and how the next run recovers them.
 
     Examples:
 
@@ -74,6 +75,8 @@ def status(
             f"due (DESIGN.md §2): {', '.join(unparseable[:5])}"
             + (" …" if len(unparseable) > 5 else "")
         )
+    gone = _gone_runs(settings, info, rows, now) if counts.get("processing") else []
+    tz = zone(info.time_zone)
     if as_json:
         emit_json(
             {
@@ -90,6 +93,7 @@ def status(
                 "without_handler": without_handler,
                 "total": len(rows),
                 "unparseable_next_retry_at": [u.split(" ", 1)[0] for u in unparseable],
+                "held_by_gone_runs": [g.as_json(tz) for g in gone],
             }
         )
         return
@@ -125,6 +129,31 @@ def status(
     if without_handler:
         facts.append(f"waiting without a handler: {without_handler}")
     echo("; ".join(facts))
+    for group in gone:
+        echo(group.line(tz))
+
+
+def _gone_runs(settings: Any, info: Any, rows: Any, now: datetime) -> list[Any]:
+    """Processing rows whose run is gone, by run (see ``sheetq.held``)."""
+    from sheetq.held import held_by_gone_runs
+    from sheetq.journal import Journal, host_lock_held, journal_path
+    from sheetq.runner import lease_expiry, lease_name, lock_path
+
+    token = info.leases.get(lease_name(settings.queue_sheet))
+    killed: list[str] = []
+    lock = lock_path(settings)
+    journal = Journal(journal_path(lock))
+    if journal.path.exists():
+        state = journal.load()
+        if state and host_lock_held(lock) is False:  # its run is not running: killed here
+            killed = list(state.runs)
+    return held_by_gone_runs(
+        rows,
+        lease_expires=lease_expiry(token) if token else None,
+        now=now,
+        settings=settings,
+        killed_here=killed,
+    )
 
 
 def _row_doc(row: Any) -> dict[str, Any]:

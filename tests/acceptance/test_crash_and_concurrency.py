@@ -39,8 +39,8 @@ def _calls(path: Path) -> Counter[str]:
 def test_sigkill_mid_batch_loses_nothing(
     book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A run killed with SIGKILL mid-batch: after the lease expires every row is recovered per
-    on_unknown (retry, fail, reconcile) and no row stays processing."""
+    """A run killed with SIGKILL mid-batch, seen from another host (no journal there): after the
+    lease expires every row is recovered per on_unknown (retry, fail, reconcile)."""
     calls = tmp_path / "calls.txt"
     monkeypatch.setenv("CALLS", str(calls))
     cmd = handler_script(tmp_path, "h", RECORD_THEN)
@@ -71,7 +71,10 @@ def test_sigkill_mid_batch_loses_nothing(
     proc.communicate(timeout=10)
     statuses = {r["task_id"]: r["status"] for r in book.records()}
     assert set(statuses.values()) == {"processing"}
+    assert list((tmp_path / "locks").glob("*.journal")), "the killed run kept no host journal"
 
+    # Another host cannot read this host's journal (see test_hard_kill.py for this host).
+    monkeypatch.setenv("SHEETQ_LOCK_DIR", str(tmp_path / "other-host-locks"))
     # The lease is still live: a new run leaves the rows alone.
     doc = run_cli(["process", "--json"]).json()
     assert doc["recovered"] == 0 and doc["claimed"] == 0
@@ -238,6 +241,8 @@ def test_interrupted_run_kills_handler_and_gives_back_the_rest(
     assert rows[ids[0]]["status"] == "processing"
     for task in ids[1:]:
         assert (rows[task]["status"], rows[task]["retry_count"]) == ("pending", "0")
+    journals = list((tmp_path / "locks").glob("*.journal"))
+    assert journals and all(j.stat().st_size == 0 for j in journals), "all written: no replay"
     monkeypatch.setenv("PIDS", str(tmp_path / "later.txt"))
     doc = run_cli(["process", "--dry-run", "--json"]).json()
     assert doc["recovered"] == 1  # no need to wait for the lease: it ended at the interrupt

@@ -1,0 +1,121 @@
+"""Rows held by a run that is gone: what ``status`` tells a person after a crash (DESIGN.md §5).
+
+A run holds the queue's run lease (a named range whose token carries its expiry, the
+same second as its rows' ``lease_until``) from its claim to its results write. So a
+``processing`` row belongs to a run that is gone when no live lease exists, when the live
+lease is another run's (its expiry differs from the row's ``lease_until``), when the
+row's own ``lease_until`` has passed, or when this host's journal names the run and
+nobody holds the host lock (it was killed here).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, tzinfo
+from typing import Any
+
+from sheetq.config import Settings
+from sheetq.model import Status
+from sheetq.queue import QueueRow
+
+
+def will_do(settings: Settings, task_type: str) -> str:
+    """What §5 step 2 does with a lost outcome of this type: ``retry``, ``reconcile`` or
+    ``fail`` (a ``reconcile`` type without a reconcile check fails)."""
+    config = settings.type_config(task_type)
+    if config.on_unknown == "reconcile" and config.reconcile is None:
+        return "fail"
+    return config.on_unknown
+
+
+@dataclass
+class HeldGroup:
+    """``count`` processing rows under ``run_id``, whose run is gone."""
+
+    run_id: str
+    count: int
+    lease_until: datetime | None  # the latest lease_until of its rows (None: unreadable)
+    expired: bool  # recovered by the next run
+    on_unknown: dict[str, str] = field(default_factory=dict)  # type → retry/reconcile/fail
+    by_type: dict[str, int] = field(default_factory=dict)
+    journal: bool = False  # killed on this host: the next run here applies its journal first
+
+    def as_json(self, tz: tzinfo) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "count": self.count,
+            "lease_until": self.lease_until.astimezone(tz).isoformat()
+            if self.lease_until
+            else None,
+            "lease_expired": self.expired,
+            "on_unknown": self.on_unknown,
+            "by_type": self.by_type,
+            "host_journal": self.journal,
+        }
+
+    def line(self, tz: tzinfo) -> str:
+        """``10 processing under run R, lease ends 2026-01-05 03:12 CET (then …)``."""
+        plan = ", ".join(f"{t}: {a}" for t, a in self.on_unknown.items())
+        head = f"{self.count} processing under run {self.run_id or '(none)'}"
+        if self.journal:
+            return (
+                f"{head}, killed on this host: the next `sheetq process` here applies its "
+                "journal at once (finished outcomes written, unstarted tasks returned without "
+                f"an attempt, a task it was running recovered per on_unknown: {plan})"
+            )
+        if self.lease_until is None:
+            return f"{head}, lease unreadable: the next run recovers them per on_unknown ({plan})"
+        when = self.lease_until.astimezone(tz).strftime("%Y-%m-%d %H:%M %Z")
+        if self.expired:
+            return f"{head}, lease ended {when}: the next run recovers them per on_unknown ({plan})"
+        return f"{head}, lease ends {when} (then recovered per on_unknown: {plan})"
+
+
+def held_by_gone_runs(
+    rows: Sequence[QueueRow],
+    *,
+    lease_expires: datetime | None,
+    now: datetime,
+    settings: Settings,
+    killed_here: Iterable[str] = (),
+) -> list[HeldGroup]:
+    """Group ``processing`` rows by run id and keep the runs that are gone (see the module
+    docstring). ``lease_expires``: the expiry of the queue's run lease, ``None`` if absent;
+    ``killed_here``: run ids in this host's journal while no process holds the host lock."""
+    killed = set(killed_here)
+    live = lease_expires is not None and lease_expires > now
+    by_run: dict[str, list[QueueRow]] = {}
+    for row in rows:
+        if row.status is Status.PROCESSING:
+            by_run.setdefault(row.lease_owner, []).append(row)
+    out: list[HeldGroup] = []
+    for run_id, held in sorted(by_run.items()):
+        times = [r.lease_until for r in held]
+        readable = [t for t in times if isinstance(t, datetime)]
+        until = max(readable) if readable and len(readable) == len(times) else None
+        expired = until is not None and until <= now
+        running = (
+            live
+            and until is not None
+            and not expired
+            and lease_expires is not None
+            and abs((until - lease_expires).total_seconds()) < 1
+            and run_id not in killed
+        )
+        if running:
+            continue
+        types = Counter(r.type or "(empty)" for r in held)
+        out.append(
+            HeldGroup(
+                run_id=run_id,
+                count=len(held),
+                lease_until=until,
+                expired=expired or until is None,
+                on_unknown={t: will_do(settings, t) for t in sorted(types)},
+                by_type=dict(sorted(types.items())),
+                journal=run_id in killed,
+            )
+        )
+    return out

@@ -1,0 +1,135 @@
+"""The host journal file: torn lines, damaged lines, and what a replay leaves alone."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC
+from pathlib import Path
+
+import pytest
+
+from sheetq.journal import Journal
+from sheetq.model import Status
+from sheetq.queue import Claim, QueueRow
+from sheetq.store.base import AppendRow, ChangeSet, Row, UpdateRow
+from tests.conftest import LocalBook, run_cli, write_config
+
+
+def _claim(task_id: str, row: int = 2, previous: Status = Status.PENDING) -> Claim:
+    raw = Row(row, {"task_id": task_id, "status": "processing", "retry_count": 0})
+    return Claim(QueueRow(raw, task_id, "processing", UTC, "en_US"), previous)
+
+
+def _outcome(task_id: str, status: str) -> ChangeSet:
+    return ChangeSet(
+        updates=[UpdateRow("Queue", task_id, 2, {"status": status, "lease_owner": ""})],
+        appends=[AppendRow("QueueLog", {"task_id": task_id, "event": status})],
+    )
+
+
+def test_torn_last_line_is_ignored(tmp_path: Path) -> None:
+    """A kill mid-write tears the last line: it is counted as damaged, the rest is kept."""
+    journal = Journal(tmp_path / "q.journal")
+    journal.claimed("run_a", "123", None, [_claim("t_1"), _claim("t_2")])
+    journal.started("run_a", _claim("t_1"))
+    journal.ended("run_a", "t_1", _outcome("t_1", "done"))
+    whole = journal.path.read_bytes()
+    journal.path.write_bytes(whole + whole.splitlines(keepends=True)[-1][:-7])
+    state = journal.load()
+    assert state.damaged == 1
+    tasks = state.runs["run_a"]
+    assert tasks["t_1"].outcome == "done" and tasks["t_1"].started
+    assert not tasks["t_2"].started and tasks["t_2"].previous == "pending"
+    assert state.leases == {"123"}
+
+
+def test_damaged_line_fails_its_checksum(tmp_path: Path) -> None:
+    """A line whose bytes changed fails its checksum and is ignored, not trusted."""
+    journal = Journal(tmp_path / "q.journal")
+    journal.ended("run_a", "t_1", _outcome("t_1", "done"))
+    journal.path.write_bytes(journal.path.read_bytes().replace(b"done", b"fail"))
+    state = journal.load()
+    assert state.damaged == 1 and not state
+
+
+def test_clear_leaves_an_empty_file(tmp_path: Path) -> None:
+    """Emptied after the batch's results are written: nothing left to replay."""
+    journal = Journal(tmp_path / "q.journal")
+    journal.started("run_a", _claim("t_1"))
+    journal.clear()
+    assert journal.path.read_bytes() == b"" and not journal.load()
+
+
+@pytest.fixture
+def local(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> LocalBook:
+    """An initialised local workbook with one command type."""
+    book = LocalBook(tmp_path / "book.db")
+    monkeypatch.setenv("SHEETQ_SPREADSHEET", book.spreadsheet)
+    monkeypatch.setenv("SHEETQ_NOW", "2026-01-05T09:00:00Z")
+    write_config("[types.job]\ncommand = ['true']\n")
+    assert run_cli(["init"]).code == 0
+    return book
+
+
+def _journal_of(tmp_path: Path) -> Journal:
+    from sheetq.config import load_settings
+    from sheetq.journal import journal_path
+    from sheetq.runner import lock_path
+
+    path = journal_path(lock_path(load_settings()))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return Journal(path)
+
+
+def test_replay_leaves_rows_a_person_or_another_host_changed(
+    local: LocalBook, tmp_path: Path
+) -> None:
+    """Only rows still processing under the dead run are written; a finished outcome whose row
+    a person changed is left alone and named in a note."""
+    ids = [
+        run_cli(["enqueue", "job", json.dumps({"n": n}), "--json"]).json()["task_id"]
+        for n in range(3)
+    ]
+    rows = {t: int(local.row_of(t)["_row"]) for t in ids}
+    person, other_host, mine = ids
+    for task in ids:
+        local.set_cell("Queue", rows[task], "status", "processing")
+        local.set_cell("Queue", rows[task], "lease_owner", "run_dead")
+        local.set_cell("Queue", rows[task], "lease_until", "2026-01-05T10:00:00Z")
+    # after the kill: a person skipped one, another host recovered another
+    local.set_cell("Queue", rows[person], "status", "skipped")
+    local.set_cell("Queue", rows[other_host], "status", "retry")
+    local.set_cell("Queue", rows[other_host], "lease_owner", "")
+    journal = _journal_of(tmp_path)
+    journal.claimed("run_dead", None, None, [_claim(t, rows[t]) for t in ids])
+    journal.ended("run_dead", person, _outcome(person, "done"))
+    journal.started("run_dead", _claim(other_host, rows[other_host]))
+    result = run_cli(["process", "--type", "nothing", "--json"])
+    doc = result.json()
+    assert doc["journal"] == {"applied": 0, "returned": 1, "unknown": 0, "left": 2}
+    assert local.row_of(person)["status"] == "skipped"
+    assert local.row_of(other_host)["status"] == "retry"
+    assert (local.row_of(mine)["status"], local.row_of(mine)["lease_owner"]) == ("pending", "")
+    assert any(person in note and "left as it is" in note for note in doc["notes"])
+    assert journal.path.read_bytes() == b""
+
+
+def test_torn_journal_alone_does_not_stop_a_run(local: LocalBook, tmp_path: Path) -> None:
+    """A journal holding only a torn line is reported, emptied, and the run goes on."""
+    run_cli(["enqueue", "job", "{}"])
+    journal = _journal_of(tmp_path)
+    journal.path.write_bytes(b'0badc0de {"kind":"sta')
+    doc = run_cli(["process", "--json"]).json()
+    assert doc["done"] == 1 and "journal" not in doc
+    assert any("torn or damaged" in note for note in doc["notes"])
+    assert journal.path.read_bytes() == b""
+
+
+def test_unwritable_journal_warns_and_the_run_goes_on(local: LocalBook, tmp_path: Path) -> None:
+    """A journal that cannot be written does not stop processing: one warning, tasks done."""
+    run_cli(["enqueue", "job", "{}"])
+    journal = _journal_of(tmp_path)
+    journal.path.mkdir()  # a directory where the file should be
+    result = run_cli(["process", "--json"])
+    assert result.code == 0 and result.json()["done"] == 1
+    assert "a kill would leave finished outcomes unknown" in result.stderr
