@@ -505,6 +505,17 @@ class GoogleStore:
             raise
         return result
 
+    def read_then_apply(
+        self,
+        reads: Sequence[Read],
+        plan: Callable[[list[Snapshot]], Sequence[ChangeSet]],
+        *,
+        verify_rows: bool = True,
+    ) -> list[ApplyResult]:
+        """One ``values:batchGet``, then one atomic ``batchUpdate`` per planned change set, in
+        order (Google has no transactions; see ``Store.read_then_apply``)."""
+        return [self.apply(c, verify_rows=verify_rows) for c in plan(self.read(reads)) if c]
+
     @staticmethod
     def _lease_failed(message: str, count: int) -> bool:
         import re
