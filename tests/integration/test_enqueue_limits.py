@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Book, LocalBook, run_cli, run_proc, write_config
+from tests.conftest import Book, LocalBook, make_google, run_cli, run_proc, write_config
 
 
 def test_values_with_separators_are_two_tasks(book: Book) -> None:
@@ -75,3 +75,83 @@ def test_twenty_racing_same_key_enqueues_give_one_task(tmp_path: Path) -> None:
     assert len(rows) == 1 and rows[0]["idempotency_key"] == "w:order_id=CONF"
     events = sorted(r["event"] for r in book.log())
     assert events == ["conflict"] * 19 + ["enqueued"]
+
+
+# --- --jsonl under Google's request cap -------------------------------------------------------
+
+CAP = 10_485_760  # bytes; Google refuses a larger request body
+
+
+def _big_lines(count: int = 300, chars: int = 40_000) -> str:
+    """``count`` JSON lines of about ``chars`` characters each (300 × 40,000 ≈ 12 MB)."""
+    return "\n".join(
+        json.dumps({"n": n, "text": f"{n:05d}" + "ab" * (chars // 2)}) for n in range(count)
+    )
+
+
+def _writes(emulator: Any) -> list[Any]:
+    return [q for q in emulator.requests if q.op == "spreadsheets.batchUpdate" and q.status == 200]
+
+
+@pytest.mark.google
+@pytest.mark.slow
+def test_twelve_megabyte_jsonl_is_split_under_the_request_cap(
+    sheets_emulator: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """300 lines of ~40,000 characters (~12 MB) enqueue in several atomic writes, each body
+    under 10,485,760 bytes: exit 0, all 300 rows and 300 log rows, one --json document."""
+    book = make_google(sheets_emulator, monkeypatch)
+    assert run_cli(["init"]).code == 0
+    text = _big_lines()
+    assert len(text.encode()) > 12_000_000
+    sheets_emulator.reset_counts()
+    r = run_cli(["enqueue", "big", "--jsonl", "--json"], input=text)
+    assert r.code == 0, r.stderr
+    doc = r.json()
+    assert (doc["enqueued"], doc["duplicate"], doc["conflict"]) == (300, 0, 0)
+    assert [x["line"] for x in doc["results"]] == list(range(1, 301))
+    writes = _writes(sheets_emulator)
+    sizes = [len(json.dumps(q.body)) for q in writes]
+    assert len(writes) == 2 and max(sizes) < CAP, sizes
+    assert sheets_emulator.count() == 1 + 1 + len(writes)  # open, keys, writes
+    rows = book.records()
+    assert sorted(json.loads(row["payload_json"])["n"] for row in rows) == list(range(300))
+    assert len(book.log()) == 300
+    print(f"12 MB --jsonl: {sheets_emulator.count()} requests, write bodies {sizes} bytes")
+
+
+@pytest.mark.google
+@pytest.mark.slow
+def test_failed_second_write_leaves_whole_lines_and_a_rerun_completes(
+    sheets_emulator: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Google refusing the second write: exit 1, the first write's lines are enqueued (each
+    with its log row), the rest are not; the same command again enqueues the rest and reports
+    the first lines as duplicates."""
+    book = make_google(sheets_emulator, monkeypatch)
+    assert run_cli(["init"]).code == 0
+    text = _big_lines()
+    seen: list[int] = []
+
+    def refuse_the_second(emu: Any) -> None:
+        seen.append(1)
+        if len(seen) == 2:
+            emu.fail_next(400, op="spreadsheets.batchUpdate", message="Internal error.")
+
+    sheets_emulator.before_next(refuse_the_second, op="spreadsheets.batchUpdate", times=2)
+    r = run_cli(["enqueue", "big", "--jsonl", "--json"], input=text)
+    assert r.code == 1 and r.stdout == ""
+    assert len([line for line in r.stderr.splitlines() if line]) == 1, r.stderr
+    first = sorted(json.loads(row["payload_json"])["n"] for row in book.records())
+    assert 0 < len(first) < 300 and first == list(range(len(first)))
+    assert sorted(e["task_id"] for e in book.log()) == sorted(
+        row["task_id"] for row in book.records()
+    )
+    again = run_cli(["enqueue", "big", "--jsonl", "--json"], input=text)
+    assert again.code == 0, again.stderr
+    doc = again.json()
+    assert (doc["duplicate"], doc["enqueued"]) == (len(first), 300 - len(first))
+    assert [x["outcome"] for x in doc["results"][: len(first)]] == ["duplicate"] * len(first)
+    rows = book.records()
+    assert sorted(json.loads(row["payload_json"])["n"] for row in rows) == list(range(300))
+    assert len({row["idempotency_key"] for row in rows}) == 300
