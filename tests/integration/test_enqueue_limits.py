@@ -8,12 +8,21 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import Book, LocalBook, make_google, run_cli, run_proc, write_config
+from tests.conftest import (
+    Book,
+    GoogleBook,
+    LocalBook,
+    make_google,
+    run_cli,
+    run_proc,
+    write_config,
+)
 
 
 def test_values_with_separators_are_two_tasks(book: Book) -> None:
@@ -155,3 +164,99 @@ def test_failed_second_write_leaves_whole_lines_and_a_rerun_completes(
     rows = book.records()
     assert sorted(json.loads(row["payload_json"])["n"] for row in rows) == list(range(300))
     assert len({row["idempotency_key"] for row in rows}) == 300
+
+
+# --- SHEETQ_ENQUEUE_TIMEOUT -------------------------------------------------------------------
+
+
+@pytest.fixture
+def gbook(sheets_emulator: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[GoogleBook]:
+    """An initialised spreadsheet in the emulator; real retry waits (not stamina's testing
+    mode), so the time limit is what ends them."""
+    import stamina
+
+    book = make_google(sheets_emulator, monkeypatch)
+    assert run_cli(["init"]).code == 0
+    stamina.set_testing(False)
+    sheets_emulator.reset_counts()
+    yield book
+    sheets_emulator.clear_faults()
+
+
+def _one_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line]
+    assert len(lines) == 1, stderr
+    return lines[0]
+
+
+@pytest.mark.google
+@pytest.mark.slow
+def test_enqueue_gives_up_on_repeated_503_within_the_time_limit(
+    gbook: GoogleBook, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Google answering 503 to every write: with SHEETQ_ENQUEUE_TIMEOUT=2s enqueue exits 1
+    within a few seconds, one line naming the limit, and no task row exists."""
+    monkeypatch.setenv("SHEETQ_ENQUEUE_TIMEOUT", "2s")
+    gbook.emulator.fail_next(503, times=1000, op="spreadsheets.batchUpdate")
+    started = time.monotonic()
+    r = run_cli(["enqueue", "job", '{"n": 1}'])
+    elapsed = time.monotonic() - started
+    assert r.code == 1 and r.stdout == ""
+    line = _one_line(r.stderr)
+    assert "SHEETQ_ENQUEUE_TIMEOUT (2s)" in line and "503" in line, line
+    assert elapsed < 3.0, elapsed
+    assert gbook.records() == [] and gbook.log() == []
+
+
+@pytest.mark.google
+@pytest.mark.slow
+def test_enqueue_gives_up_on_a_hanging_google(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Google that holds every write 30 s: enqueue with a 2 s limit ends by then (exit 1,
+    one line naming the limit), and no task row exists. (Its own emulator: the held request
+    must not outlive the test.)"""
+    import stamina
+
+    from tests.fakes.sheets_emulator import SheetsEmulator
+
+    with SheetsEmulator() as emulator:
+        book = make_google(emulator, monkeypatch)
+        assert run_cli(["init"]).code == 0
+        stamina.set_testing(False)
+        monkeypatch.setenv("SHEETQ_ENQUEUE_TIMEOUT", "2s")
+        emulator.delay_next(30, times=1000, op="spreadsheets.batchUpdate")
+        emulator.fail_next(503, times=1000, op="spreadsheets.batchUpdate")
+        started = time.monotonic()
+        r = run_cli(["enqueue", "job", '{"n": 1}'])
+        elapsed = time.monotonic() - started
+        assert r.code == 1
+        assert "SHEETQ_ENQUEUE_TIMEOUT (2s)" in _one_line(r.stderr)
+        assert elapsed < 3.0, elapsed
+        assert book.records() == [] and book.log() == []
+
+
+@pytest.mark.google
+def test_enqueue_within_the_limit_is_unaffected(
+    gbook: GoogleBook, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two 503s then success, well within the limit: the task is enqueued once (exit 0)."""
+    import stamina
+
+    stamina.set_testing(True, attempts=8)
+    monkeypatch.setenv("SHEETQ_ENQUEUE_TIMEOUT", "20s")
+    gbook.emulator.fail_next(503, times=2, op="spreadsheets.batchUpdate")
+    r = run_cli(["enqueue", "job", '{"n": 1}'])
+    assert r.code == 0, r.stderr
+    assert len(gbook.records()) == 1 and len(gbook.log()) == 1
+
+
+@pytest.mark.parametrize("value", ["20", "soon", "0s", "-5s"])
+def test_bad_enqueue_timeout_is_exit_2(
+    book: Book, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    """A SHEETQ_ENQUEUE_TIMEOUT without a unit, not a duration, or not above 0: exit 2, one
+    line naming the variable, nothing enqueued."""
+    monkeypatch.setenv("SHEETQ_ENQUEUE_TIMEOUT", value)
+    r = run_cli(["enqueue", "job", '{"n": 1}'])
+    assert r.code == 2
+    assert "SHEETQ_ENQUEUE_TIMEOUT" in _one_line(r.stderr)
+    assert book.records() == []
