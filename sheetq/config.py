@@ -30,6 +30,7 @@ TYPE_RULE = (
     "use a letter or digit, then letters, digits and _ . / - "
     "(at most 100 characters; no ':', which separates the type in idempotency keys)"
 )
+DEFAULT_ENQUEUE_TIMEOUT = 20.0  # seconds: SHEETQ_ENQUEUE_TIMEOUT, all of enqueue's requests
 ON_UNKNOWN = ("retry", "reconcile", "fail")
 
 _POLICY_KEYS = {
@@ -140,6 +141,7 @@ class Settings:
     types: Mapping[str, TypeConfig] = field(default_factory=dict)
     telegram: TelegramSettings = field(default_factory=TelegramSettings)
     sheets_api_url: str = "https://sheets.googleapis.com"
+    enqueue_timeout: float = DEFAULT_ENQUEUE_TIMEOUT
     credentials: str = ""
     config_path: Path | None = None
     base_dir: Path = field(default_factory=Path.cwd)
@@ -447,6 +449,7 @@ def load_settings(
         template=(base_dir / template) if isinstance(template, str) else None,
     )
     return Settings(
+        enqueue_timeout=_enqueue_timeout(env),
         spreadsheet=sheet,
         queue_sheet=names[0],
         log_sheet=names[1],
@@ -463,6 +466,20 @@ def load_settings(
         config_path=config_path,
         base_dir=base_dir,
     )
+
+
+def _enqueue_timeout(env: Mapping[str, str]) -> float:
+    """``SHEETQ_ENQUEUE_TIMEOUT``: a duration with a unit (``20s``, ``1m``), above 0."""
+    raw = env.get("SHEETQ_ENQUEUE_TIMEOUT", "").strip()
+    if not raw:
+        return DEFAULT_ENQUEUE_TIMEOUT
+    try:
+        seconds = parse_duration(raw, what="SHEETQ_ENQUEUE_TIMEOUT", require_unit=True)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if seconds <= 0:
+        raise ConfigError(f"SHEETQ_ENQUEUE_TIMEOUT: must be longer than 0, got {raw!r}")
+    return seconds
 
 
 def _default_lock_dir(env: Mapping[str, str]) -> Path:

@@ -1,14 +1,18 @@
 """Enqueue (DESIGN.md §4): keyed tasks in, one read of the keys, one atomic write out.
 
 ``plan_enqueue`` is the pure part: new rows for new keys, ``duplicate``/``conflict`` log
-rows for known ones; ``enqueue`` drives it through the storage port.
+rows for known ones, grouped into writes under Google's request cap; ``enqueue`` drives it
+through the storage port.
 
 Google budget (DESIGN.md §6): open 1 + keys of Queue and QueueArchive 1 +
-the write 1 = 3 requests, for one task or a 1,000-line batch.
+the write 1 = 3 requests, for one task or a 1,000-line batch. A batch over ~9 MB of request
+JSON (Google refuses a body over 10,485,760 bytes) takes one more write per ~9 MB: 300 lines
+of 40,000 characters (12 MB) are 2 writes, 4 requests.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,10 +22,26 @@ from sheetq.config import Settings
 from sheetq.idempotency import canonical_json, check_size, derive_key, payload_hash
 from sheetq.model import Event, Status, new_run_id, new_task_id
 from sheetq.queue import log_row
-from sheetq.store.base import AppendRow, ChangeSet, Read, Row, Store, WorkbookInfo
+from sheetq.store.base import (
+    AppendRow,
+    CellValue,
+    ChangeSet,
+    Read,
+    Row,
+    Snapshot,
+    Store,
+    WorkbookInfo,
+)
 from sheetq.times import format_ts
 
 KEY_COLUMNS = ("task_id", "idempotency_key", "payload_hash", "status")
+# Google refuses a request body over 10,485,760 bytes; a write is planned to stay under this.
+MAX_WRITE_BYTES = 9_000_000
+# JSON the Google adapter sends around values (gspread: json.dumps, ", " and ": " separators).
+_CELL = len('{"userEnteredValue": {"stringValue": }}, ')
+_EMPTY_CELL = len("{}, ")
+_ROW = len('{"values": []}, ')
+_WRITE = 1_000  # {"requests": […]} and one appendCells per worksheet
 
 
 @dataclass
@@ -71,6 +91,19 @@ def index_keys(queue: Iterable[Row], archive: Iterable[Row]) -> dict[str, KnownK
     return known
 
 
+def append_bytes(values: Mapping[str, CellValue], width: int) -> int:
+    """Bytes of one appended row in the JSON body of a Google ``batchUpdate``: each value as
+    ``{"userEnteredValue": {"stringValue": …}}`` with JSON escaping (``ensure_ascii``, as
+    requests encodes it: a Cyrillic letter is 6 bytes, an emoji 12), ``{}`` for each of the
+    ``width`` columns left empty. Exact to within a few bytes per row."""
+    filled = [v for v in values.values() if v is not None and v != ""]
+    return (
+        _ROW
+        + _EMPTY_CELL * max(0, width - len(filled))
+        + sum(_CELL + len(json.dumps(v)) for v in filled)
+    )
+
+
 def plan_enqueue(
     tasks: Sequence[NewTask],
     known: Mapping[str, KnownKey],
@@ -78,52 +111,54 @@ def plan_enqueue(
     settings: Settings,
     now: datetime,
     run_id: str = "",
-) -> tuple[list[Enqueued], ChangeSet]:
+    max_write_bytes: int | None = None,
+    widths: Mapping[str, int] | None = None,
+) -> tuple[list[Enqueued], list[ChangeSet]]:
     """New rows for new keys; ``duplicate`` / ``conflict`` log rows for known ones (§4).
 
-    Lines of one batch are checked against each other too.
+    Lines of one batch are checked against each other too. The changes come as writes in
+    line order, each at most ``max_write_bytes`` of Google request JSON (``None``: one
+    write); a line's Queue row and its log row always share a write, so a failure between
+    two writes leaves whole lines enqueued, and running the batch again finds them as
+    duplicates. ``widths``: worksheet → columns, for the size estimate.
     """
     seen = dict(known)
     results: list[Enqueued] = []
-    changes = ChangeSet()
     stamp = format_ts(now)
-    queue_rows: list[AppendRow] = []
+    lines: list[tuple[AppendRow | None, AppendRow]] = []
     for task in tasks:
         found = seen.get(task.key)
         if found is None:
             task_id = new_task_id()
             config = settings.type_config(task.type)
-            queue_rows.append(
-                AppendRow(
-                    settings.queue_sheet,
-                    {
-                        "task_id": task_id,
-                        "created_at": stamp,
-                        "type": task.type,
-                        "payload_json": task.canonical,
-                        "status": str(Status.PENDING),
-                        "retry_count": 0,
-                        "next_retry_at": format_ts(task.not_before) if task.not_before else "",
-                        "idempotency_key": task.key,
-                        "updated_at": stamp,
-                        "payload_hash": task.payload_hash,
-                        "owner": config.owner,
-                    },
-                )
+            row = AppendRow(
+                settings.queue_sheet,
+                {
+                    "task_id": task_id,
+                    "created_at": stamp,
+                    "type": task.type,
+                    "payload_json": task.canonical,
+                    "status": str(Status.PENDING),
+                    "retry_count": 0,
+                    "next_retry_at": format_ts(task.not_before) if task.not_before else "",
+                    "idempotency_key": task.key,
+                    "updated_at": stamp,
+                    "payload_hash": task.payload_hash,
+                    "owner": config.owner,
+                },
             )
-            changes.appends.append(
-                log_row(
-                    now,
-                    task_id,
-                    task.type,
-                    Event.ENQUEUED,
-                    Status.PENDING,
-                    0,
-                    f"delayed until {format_ts(task.not_before)}" if task.not_before else "",
-                    run_id=run_id,
-                    worksheet=settings.log_sheet,
-                )
+            entry = log_row(
+                now,
+                task_id,
+                task.type,
+                Event.ENQUEUED,
+                Status.PENDING,
+                0,
+                f"delayed until {format_ts(task.not_before)}" if task.not_before else "",
+                run_id=run_id,
+                worksheet=settings.log_sheet,
             )
+            lines.append((row, entry))
             seen[task.key] = KnownKey(task_id, task.payload_hash, str(Status.PENDING))
             results.append(Enqueued("enqueued", task_id, task.key, str(Status.PENDING), task.line))
             continue
@@ -131,18 +166,16 @@ def plan_enqueue(
         line = f" (line {task.line})" if task.line else ""
         if found.payload_hash == task.payload_hash:
             results.append(Enqueued("duplicate", found.task_id, task.key, found.status, task.line))
-            changes.appends.append(
-                log_row(
-                    now,
-                    found.task_id,
-                    task.type,
-                    Event.DUPLICATE,
-                    found.status,
-                    0,
-                    f"same key and payload enqueued again{line}{where}; nothing added",
-                    run_id=run_id,
-                    worksheet=settings.log_sheet,
-                )
+            entry = log_row(
+                now,
+                found.task_id,
+                task.type,
+                Event.DUPLICATE,
+                found.status,
+                0,
+                f"same key and payload enqueued again{line}{where}; nothing added",
+                run_id=run_id,
+                worksheet=settings.log_sheet,
             )
         else:
             results.append(
@@ -150,23 +183,47 @@ def plan_enqueue(
                     "conflict", found.task_id, task.key, found.status, task.line, found.payload_hash
                 )
             )
-            changes.appends.append(
-                log_row(
-                    now,
-                    found.task_id,
-                    task.type,
-                    Event.CONFLICT,
-                    found.status,
-                    0,
-                    f"same key {task.key!r}, different payload{line}{where}: "
-                    f"{task.payload_hash[:19]}… vs {found.payload_hash[:19]}…; nothing added",
-                    run_id=run_id,
-                    worksheet=settings.log_sheet,
-                )
+            entry = log_row(
+                now,
+                found.task_id,
+                task.type,
+                Event.CONFLICT,
+                found.status,
+                0,
+                f"same key {task.key!r}, different payload{line}{where}: "
+                f"{task.payload_hash[:19]}… vs {found.payload_hash[:19]}…; nothing added",
+                run_id=run_id,
+                worksheet=settings.log_sheet,
             )
-    # Queue rows first so a reader never sees a log row for a task that is not there yet.
-    changes.appends[:0] = queue_rows
-    return results, changes
+        lines.append((None, entry))
+    return results, _writes(lines, max_write_bytes, widths or {})
+
+
+def _writes(
+    lines: Sequence[tuple[AppendRow | None, AppendRow]],
+    max_bytes: int | None,
+    widths: Mapping[str, int],
+) -> list[ChangeSet]:
+    """Consecutive lines grouped into writes of at most ``max_bytes`` (a line never split)."""
+    groups: list[list[tuple[AppendRow | None, AppendRow]]] = []
+    size = 0
+    for row, entry in lines:
+        cost = sum(
+            append_bytes(a.values, widths.get(a.worksheet, len(a.values)))
+            for a in (row, entry)
+            if a is not None
+        )
+        if not groups or (max_bytes is not None and size + cost > max_bytes - _WRITE):
+            groups.append([])
+            size = 0
+        groups[-1].append((row, entry))
+        size += cost
+    writes = []
+    for group in groups:
+        # Queue rows first so a reader never sees a log row for a task that is not there yet.
+        appends = [row for row, _ in group if row is not None] + [entry for _, entry in group]
+        writes.append(ChangeSet(appends=appends))
+    return writes
 
 
 def prepare(
@@ -203,18 +260,38 @@ def enqueue(
     *,
     now: datetime,
     run_id: str | None = None,
+    max_write_bytes: int = MAX_WRITE_BYTES,
 ) -> list[Enqueued]:
-    """Add the new tasks and log duplicates/conflicts, in one atomic write.
+    """Add the new tasks and log duplicates/conflicts: one read of the keys (Queue and
+    QueueArchive), then one atomic write, or several under Google's request cap.
 
-    ``info`` is the opened workbook (its schema already checked). Keys are
-    checked against Queue and QueueArchive.
+    ``info`` is the opened workbook (its schema already checked). The read, the plan and
+    the writes go through ``store.read_then_apply``: on the local backend one transaction,
+    so two racing enqueues of one key never both insert (DESIGN.md §4).
     """
-    queue_snap, archive_snap = store.read(
-        [Read(settings.queue_sheet, KEY_COLUMNS), Read(settings.archive_sheet, KEY_COLUMNS)]
+    widths = {
+        title: len(info.sheet(title).header) for title in (settings.queue_sheet, settings.log_sheet)
+    }
+    run = run_id or new_run_id("enqueue")
+    results: list[Enqueued] = []
+
+    def plan(snapshots: list[Snapshot]) -> list[ChangeSet]:
+        queue_snap, archive_snap = snapshots
+        known = index_keys(queue_snap.rows, archive_snap.rows)
+        planned, writes = plan_enqueue(
+            tasks,
+            known,
+            settings=settings,
+            now=now,
+            run_id=run,
+            max_write_bytes=max_write_bytes,
+            widths=widths,
+        )
+        results[:] = planned
+        return writes
+
+    store.read_then_apply(
+        [Read(settings.queue_sheet, KEY_COLUMNS), Read(settings.archive_sheet, KEY_COLUMNS)],
+        plan,
     )
-    known = index_keys(queue_snap.rows, archive_snap.rows)
-    results, changes = plan_enqueue(
-        tasks, known, settings=settings, now=now, run_id=run_id or new_run_id("enqueue")
-    )
-    store.apply(changes)
     return results

@@ -104,6 +104,7 @@ def check_size(canonical: str, *, where: str = "payload") -> None:
 
 
 def _key_value(value: Any) -> str | None:
+    """A payload value as key text, before encoding; ``None`` when absent (null, ``""``)."""
     if value is None or value == "":
         return None
     if isinstance(value, bool):
@@ -113,6 +114,25 @@ def _key_value(value: Any) -> str | None:
     if isinstance(value, int | float):
         return json.dumps(value)
     return canonical_json(value)
+
+
+_KEY_ESCAPES = str.maketrans({"%": "%25", ":": "%3A", "=": "%3D"})
+
+
+def encode_key_value(text: str) -> str:
+    """Percent-encode ``%``, ``:`` and ``=`` (``%25``, ``%3A``, ``%3D``), the characters that
+    separate a derived key's parts, so two payloads never build the same key (DESIGN.md §4).
+    Ordinary ids (``L-1``, ``A-1001``, ``42``) come out unchanged."""
+    return text.translate(_KEY_ESCAPES)
+
+
+def _key_from(parts: Sequence[tuple[str, str]]) -> str | None:
+    """``f=v[:f=v…]`` with each value encoded; ``None`` when it breaks ``--key``'s limits
+    (more than 200 characters, or a control character), so the hash rule applies."""
+    text = ":".join(f"{name}={encode_key_value(value)}" for name, value in parts)
+    if len(text) > MAX_KEY_CHARS or any(unicodedata.category(c) == "Cc" for c in text):
+        return None
+    return text
 
 
 def _dotted(payload: dict[str, Any], path: str) -> Any:
@@ -152,15 +172,26 @@ def derive_key(
     present) → ``TYPE:f=v[:f=v…]``; 3. the built-in ``lead_id``, ``order_id``,
     ``event_id`` present at the top level → ``TYPE:lead_id=…``; 4. the hash →
     ``TYPE:sha256:…``.
+
+    In rules 2 and 3 each value is text (a number in its JSON form, ``true``/``false``;
+    null and ``""`` count as absent) with ``%``, ``:`` and ``=`` percent-encoded. A derived
+    key longer than 200 characters after ``TYPE:``, or holding a control character, is
+    replaced by the hash (rule 4).
     """
     if explicit is not None:
         return f"{task_type}:{clean_explicit_key(explicit)}"
+    derived: str | None = None
     if key_fields:
-        parts = [(f, _key_value(_dotted(payload, f))) for f in key_fields]
-        if all(v is not None for _, v in parts):
-            return f"{task_type}:" + ":".join(f"{f}={v}" for f, v in parts)
-    builtin = [(f, _key_value(payload.get(f))) for f in BUILTIN_KEY_FIELDS]
-    present = [(f, v) for f, v in builtin if v is not None]
-    if present:
-        return f"{task_type}:" + ":".join(f"{f}={v}" for f, v in present)
+        fields = [(f, _key_value(_dotted(payload, f))) for f in key_fields]
+        if all(v is not None for _, v in fields):
+            derived = _key_from([(f, v) for f, v in fields if v is not None])
+            if derived is None:  # too long or not one line: the hash, as DESIGN.md §4 says
+                return f"{task_type}:{payload_hash(canonical)}"
+    if derived is None:
+        builtin = [(f, _key_value(payload.get(f))) for f in BUILTIN_KEY_FIELDS]
+        present = [(f, v) for f, v in builtin if v is not None]
+        if present:
+            derived = _key_from(present)
+    if derived is not None:
+        return f"{task_type}:{derived}"
     return f"{task_type}:{payload_hash(canonical)}"

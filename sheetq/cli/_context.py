@@ -38,11 +38,19 @@ class Context:
             )
         return self._settings
 
-    def store(self, *, create: bool = False) -> Store:
+    def store(
+        self, *, create: bool = False, time_limit: float | None = None, time_limit_name: str = ""
+    ) -> Store:
+        """The store, opened on first use (``time_limit``: see ``open_store``)."""
         if self._store is None:
             from sheetq.store import open_store
 
-            self._store = open_store(self.settings(), create=create)
+            self._store = open_store(
+                self.settings(),
+                create=create,
+                time_limit=time_limit,
+                time_limit_name=time_limit_name,
+            )
             self.stores.append(self._store)
         return self._store
 

@@ -159,7 +159,11 @@ def enqueue(
             echo("nothing to enqueue: the input has no lines")
         return
 
-    store = state.store()
+    # Everything from here on ends within SHEETQ_ENQUEUE_TIMEOUT, retries included (§4).
+    store = state.store(
+        time_limit=settings.enqueue_timeout,
+        time_limit_name="SHEETQ_ENQUEUE_TIMEOUT",
+    )
     info = store.open()
     check_schema(info, settings, archive=True)
     not_before = _when(delay, at, info.time_zone)

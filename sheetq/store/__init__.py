@@ -22,8 +22,18 @@ def is_local(spreadsheet: str) -> bool:
     return spreadsheet.startswith(LOCAL_PREFIX)
 
 
-def open_store(settings: Settings, *, create: bool = False) -> Store:
-    """The store named by ``settings.spreadsheet``. ``create`` lets a local workbook be made."""
+def open_store(
+    settings: Settings,
+    *,
+    create: bool = False,
+    time_limit: float | None = None,
+    time_limit_name: str = "",
+) -> Store:
+    """The store named by ``settings.spreadsheet``. ``create`` lets a local workbook be made.
+
+    ``time_limit`` (seconds, ``enqueue``'s ``SHEETQ_ENQUEUE_TIMEOUT``, named in errors by
+    ``time_limit_name``) bounds Google's requests and retries from now on, and how long the
+    local backend waits for another writer's lock."""
     target = settings.spreadsheet
     if is_local(target):
         from sheetq.store.sqlite import SqliteStore
@@ -33,7 +43,11 @@ def open_store(settings: Settings, *, create: bool = False) -> Store:
             raise ConfigError(
                 "SHEETQ_SPREADSHEET=local:PATH needs a file path, e.g. local:sheetq.db"
             )
-        return SqliteStore(path, create=create)
+        if time_limit is None:
+            return SqliteStore(path, create=create)
+        return SqliteStore(path, create=create, timeout=time_limit)
     from sheetq.store.google import GoogleStore
 
-    return GoogleStore.from_settings(settings)
+    return GoogleStore.from_settings(
+        settings, time_limit=time_limit, time_limit_name=time_limit_name
+    )

@@ -5,6 +5,9 @@
 * ``apply(changes)`` — one atomic change set: cell updates (rows re-located by
   their key right before writing), row appends, row deletions and a lease
   compare-and-set, across worksheets. All or nothing.
+* ``read_then_apply(reads, plan)`` — a read, change sets planned from it, and their
+  writes, in order; where the backend has transactions (the local one) all of it is one
+  transaction, so a key checked free is still free when its row is inserted.
 
 Row numbers are 1-based sheet rows; row 1 is the header. Values are what a
 cell holds: ``str``, ``int``/``float`` (numbers), ``bool``, or ``None``/``""``
@@ -13,7 +16,7 @@ for empty. The queue logic above this never imports an adapter.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -279,6 +282,21 @@ class Store(Protocol):
         rounds. ``extra_reads`` are read after the write, in the verifying
         request. Raises ``LeaseConflict`` if the lease compare-and-set fails (nothing
         written), ``StoreError`` for other failures.
+        """
+        ...
+
+    def read_then_apply(
+        self,
+        reads: Sequence[Read],
+        plan: Callable[[list[Snapshot]], Sequence[ChangeSet]],
+    ) -> list[ApplyResult]:
+        """Read, let ``plan`` turn the snapshots into change sets, apply those in order.
+
+        The local backend runs all of it in one ``BEGIN IMMEDIATE`` transaction: no other
+        writer comes between the read and the writes (so enqueue's key check and insert are
+        one step, DESIGN.md §4), and the change sets commit together. Google has no
+        transactions: one read, then one atomic ``batchUpdate`` per change set, so a failure
+        between two leaves the earlier ones applied and the later ones not.
         """
         ...
 

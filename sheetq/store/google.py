@@ -16,7 +16,9 @@ Request shapes (``shared/reference/google-sheets-api.md``):
   result written into the wrong task.
 
 Transport retries (stamina): 429, 5xx and connection failures, truncated exponential
-backoff with jitter, ``Retry-After`` honoured, bounded by attempts and total time. A
+backoff with jitter, ``Retry-After`` honoured, bounded by attempts and total time. An
+optional ``time_limit`` (``enqueue``'s ``SHEETQ_ENQUEUE_TIMEOUT``) bounds everything the
+adapter does from its creation on: retries, their waits and the HTTP timeouts. A
 write whose reply was lost has an unknown outcome: before sending it again the adapter
 reads back whether it was applied (its lease token, task ids or log rows are
 recognisable), so a retried write never duplicates a row.
@@ -25,6 +27,7 @@ recognisable), so a retried write never duplicates a row.
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -213,7 +216,13 @@ class GoogleStore:
         titles: Sequence[str] = (),
         account: str = "",
         sleep: Callable[[float], None] | None = None,
+        time_limit: float | None = None,
+        time_limit_name: str = "its time limit",
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``time_limit``: seconds from now after which no request is sent or retried (a
+        ``StoreUnavailable`` naming ``time_limit_name`` instead); ``None``: only the
+        per-request retry budget (``RETRY_ATTEMPTS``, ``RETRY_BUDGET``) applies."""
         self.key = key
         self._http = http  # gspread.http_client.HTTPClient
         self._titles = tuple(titles)
@@ -224,10 +233,16 @@ class GoogleStore:
         self._rng = random.Random()
         self._sleep = sleep
         self._move_plan: list[tuple[str, int, int]] = []  # (worksheet, first row, last row)
+        self._monotonic = monotonic
+        self._deadline = None if time_limit is None else monotonic() + time_limit
+        self._limit = (time_limit or 0.0, time_limit_name)
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> GoogleStore:
-        """Build the adapter from ``SHEETQ_SPREADSHEET`` and the credential settings."""
+    def from_settings(
+        cls, settings: Settings, *, time_limit: float | None = None, time_limit_name: str = ""
+    ) -> GoogleStore:
+        """Build the adapter from ``SHEETQ_SPREADSHEET`` and the credential settings;
+        ``time_limit`` as in the constructor."""
         import gspread
 
         key = spreadsheet_key(settings.spreadsheet)
@@ -242,6 +257,8 @@ class GoogleStore:
             client.http_client,
             titles=(settings.queue_sheet, settings.log_sheet, settings.archive_sheet),
             account=account,
+            time_limit=time_limit,
+            time_limit_name=time_limit_name or "its time limit",
         )
 
     # --- plumbing ---------------------------------------------------------------
@@ -283,20 +300,25 @@ class GoogleStore:
         from gspread.exceptions import APIError
 
         uncertain = False
+        late: list[str] = []  # set when the time limit ends the retries: the last failure
+        tries = [0]
         try:
             for attempt in stamina.retry_context(
-                on=self._retry_hook,
+                on=lambda exc: self._retry_in_time(exc, tries[0], late),
                 attempts=RETRY_ATTEMPTS,
-                timeout=RETRY_BUDGET,
+                timeout=self._budget(what, late),
                 wait_initial=1.0,
                 wait_max=32.0,
                 wait_jitter=1.0,
             ):
                 with attempt:
+                    tries[0] += 1
+                    self._budget(what, late)
                     if uncertain and applied is not None and applied():
                         return None
                     try:
                         self._requests += 1
+                        self._limit_http_timeouts()
                         return send()
                     except APIError as exc:
                         uncertain = uncertain or exc.response.status_code >= 500
@@ -305,8 +327,12 @@ class GoogleStore:
                         uncertain = True
                         raise
         except APIError as exc:
+            if self._retry_hook(exc) and self._out_of_time(late):
+                raise self._too_late(what, late[0] if late else self._cause(exc)) from None
             raise self._api_error(what, exc) from None
         except Exception as exc:
+            if self._retry_hook(exc) and self._out_of_time(late):
+                raise self._too_late(what, late[0] if late else self._cause(exc)) from None
             if self._retry_hook(exc):
                 raise StoreUnavailable(
                     f"Google Sheets did not answer {what} after {RETRY_ATTEMPTS} attempts or "
@@ -314,6 +340,62 @@ class GoogleStore:
                 ) from None
             raise
         return None  # pragma: no cover - stamina either returns or raises
+
+    # --- the time limit (enqueue) -------------------------------------------------------
+
+    def _left(self) -> float | None:
+        """Seconds left before the time limit; ``None`` without one."""
+        return None if self._deadline is None else self._deadline - self._monotonic()
+
+    def _out_of_time(self, late: list[str]) -> bool:
+        """Did the time limit, rather than the attempts, end the retries?"""
+        left = self._left()
+        return bool(late) or (left is not None and left <= 0.05)
+
+    def _budget(self, what: str, late: list[str]) -> float:
+        """Stamina's total-time bound for one request; raises once the time limit is over."""
+        left = self._left()
+        if left is None:
+            return RETRY_BUDGET
+        if left <= 0:
+            raise self._too_late(what, late[0] if late else "no answer yet")
+        return min(RETRY_BUDGET, left)
+
+    def _retry_in_time(self, exc: Exception, attempt: int, late: list[str]) -> bool | float:
+        """``_retry_hook``, and under a time limit only if the wait before the next attempt
+        ends before it (the wait is then chosen here, as stamina would: 1 s doubling to 32 s,
+        plus up to 1 s of jitter, or Retry-After)."""
+        decision = self._retry_hook(exc)
+        left = self._left()
+        if decision is False or left is None:
+            return decision
+        if decision is True:
+            decision = min(32.0, 2.0 ** (attempt - 1)) + self._rng.uniform(0.0, 1.0)
+        if float(decision) >= left:
+            late.append(self._cause(exc))
+            return False
+        return float(decision)
+
+    def _limit_http_timeouts(self) -> None:
+        """The HTTP connect and read timeouts, never beyond the time limit."""
+        left = self._left()
+        if left is not None:
+            self._http.timeout = (min(10.0, max(left, 0.01)), min(90.0, max(left, 0.01)))
+
+    def _too_late(self, what: str, cause: str) -> StoreUnavailable:
+        seconds, name = self._limit
+        return StoreUnavailable(
+            f"Google Sheets did not complete {what} within {name} ({seconds:g}s); last: {cause}"
+        )
+
+    @staticmethod
+    def _cause(exc: Exception) -> str:
+        response = getattr(exc, "response", None)
+        code = getattr(response, "status_code", None)
+        if code is not None and hasattr(exc, "error"):
+            message = str(getattr(exc, "error", {}).get("message", ""))
+            return f"{code} {message}".strip()
+        return type(exc).__name__
 
     def _api_error(self, what: str, exc: Any) -> Exception:
         code = exc.response.status_code
@@ -774,6 +856,15 @@ class GoogleStore:
                     f"meant for {hit.key} (rows moved mid-write): put back"
                 )
         return repair
+
+    def read_then_apply(
+        self,
+        reads: Sequence[Read],
+        plan: Callable[[list[Snapshot]], Sequence[ChangeSet]],
+    ) -> list[ApplyResult]:
+        """One ``values:batchGet``, then one atomic ``batchUpdate`` per planned change set, in
+        order (Google has no transactions; see ``Store.read_then_apply``)."""
+        return [self.apply(c) for c in plan(self.read(reads)) if c]
 
     @staticmethod
     def _check_moves(changes: ChangeSet, arrived: Sequence[Snapshot], result: ApplyResult) -> None:

@@ -170,69 +170,99 @@ class SqliteStore:
         if not changes:
             return ApplyResult(snapshots=self.read(extra_reads) if extra_reads else [])
         self._requests += 1
-        result = ApplyResult()
+        self._begin_write()
         try:
-            self._db.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            raise StoreError(f"{self.path}: cannot write: {exc}") from None
-        try:
-            if changes.lease is not None:
-                self._lease(changes.lease.name, changes.lease.token, changes.lease.replaces)
-            sheets = self._sheets()
-            for update in changes.updates:
-                sheet_id, cols = sheets[update.worksheet]
-                row = self._locate(sheet_id, cols, update.key_column, update.key, update.row)
-                if row is None:
-                    result.missing.append(str(update.key))
-                    continue
-                if update.key is not None:
-                    result.rows[update.key] = row
-                assignments = [
-                    (cols[name], value) for name, value in update.values.items() if name in cols
-                ]
-                if assignments:
-                    sets = ", ".join(f"c{index} = ?" for index, _ in assignments)
-                    self._db.execute(
-                        f"UPDATE ws_{sheet_id} SET {sets} WHERE r = ?",
-                        [value for _, value in assignments] + [row],
-                    )
-            deletions: dict[int, list[int]] = {}
-            for delete in changes.deletes:
-                sheet_id, cols = sheets[delete.worksheet]
-                row = self._locate(sheet_id, cols, delete.key_column, delete.key, delete.row)
-                if row is None:
-                    result.missing.append(str(delete.key))
-                else:
-                    deletions.setdefault(sheet_id, []).append(row)
-            for move in changes.moves:
-                sheet_id, cols = sheets[move.worksheet]
-                row = self._locate(sheet_id, cols, move.key_column, move.key, move.row)
-                if row is None:
-                    result.missing.append(move.key)
-                    continue
-                to_id, to_cols = sheets[move.to]
-                names = [n for n in cols if n in to_cols]
-                picked = ", ".join(f"c{cols[n]}" for n in names)
-                found = self._db.execute(
-                    f"SELECT {picked} FROM ws_{sheet_id} WHERE r = ?", (row,)
-                ).fetchone()
-                self._append(
-                    to_id,
-                    to_cols,
-                    {n: v for n, v in zip(names, found, strict=True) if v not in (None, "")},
-                )
-                deletions.setdefault(sheet_id, []).append(row)
-                result.moved.append(move.key)
-            for sheet_id, rows in deletions.items():
-                self._delete_rows(sheet_id, rows)
-            for append in changes.appends:
-                sheet_id, cols = sheets[append.worksheet]
-                self._append(sheet_id, cols, append.values)
+            result = self._apply(changes)
             result.snapshots = [self._read_one(read) for read in extra_reads]
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
+        return result
+
+    @_mapped
+    def read_then_apply(
+        self,
+        reads: Sequence[Read],
+        plan: Callable[[list[Snapshot]], Sequence[ChangeSet]],
+    ) -> list[ApplyResult]:
+        """The read, the planning and every write in one ``BEGIN IMMEDIATE`` transaction:
+        the write lock is taken before reading, so racing writers queue up behind it and
+        each plans from what the one before it committed."""
+        self._requests += 1
+        self._begin_write()
+        try:
+            writes = [c for c in plan([self._read_one(read) for read in reads]) if c]
+            if writes:
+                self._requests += 1
+            results = [self._apply(changes) for changes in writes]
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+        return results
+
+    def _begin_write(self) -> None:
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise StoreError(f"{self.path}: cannot write: {exc}") from None
+
+    def _apply(self, changes: ChangeSet) -> ApplyResult:
+        """One change set inside the open transaction."""
+        result = ApplyResult()
+        if changes.lease is not None:
+            self._lease(changes.lease.name, changes.lease.token, changes.lease.replaces)
+        sheets = self._sheets()
+        for update in changes.updates:
+            sheet_id, cols = sheets[update.worksheet]
+            row = self._locate(sheet_id, cols, update.key_column, update.key, update.row)
+            if row is None:
+                result.missing.append(str(update.key))
+                continue
+            if update.key is not None:
+                result.rows[update.key] = row
+            assignments = [
+                (cols[name], value) for name, value in update.values.items() if name in cols
+            ]
+            if assignments:
+                sets = ", ".join(f"c{index} = ?" for index, _ in assignments)
+                self._db.execute(
+                    f"UPDATE ws_{sheet_id} SET {sets} WHERE r = ?",
+                    [value for _, value in assignments] + [row],
+                )
+        deletions: dict[int, list[int]] = {}
+        for delete in changes.deletes:
+            sheet_id, cols = sheets[delete.worksheet]
+            row = self._locate(sheet_id, cols, delete.key_column, delete.key, delete.row)
+            if row is None:
+                result.missing.append(str(delete.key))
+            else:
+                deletions.setdefault(sheet_id, []).append(row)
+        for move in changes.moves:
+            sheet_id, cols = sheets[move.worksheet]
+            row = self._locate(sheet_id, cols, move.key_column, move.key, move.row)
+            if row is None:
+                result.missing.append(move.key)
+                continue
+            to_id, to_cols = sheets[move.to]
+            names = [n for n in cols if n in to_cols]
+            picked = ", ".join(f"c{cols[n]}" for n in names)
+            found = self._db.execute(
+                f"SELECT {picked} FROM ws_{sheet_id} WHERE r = ?", (row,)
+            ).fetchone()
+            self._append(
+                to_id,
+                to_cols,
+                {n: v for n, v in zip(names, found, strict=True) if v not in (None, "")},
+            )
+            deletions.setdefault(sheet_id, []).append(row)
+            result.moved.append(move.key)
+        for sheet_id, rows in deletions.items():
+            self._delete_rows(sheet_id, rows)
+        for append in changes.appends:
+            sheet_id, cols = sheets[append.worksheet]
+            self._append(sheet_id, cols, append.values)
         return result
 
     @_mapped

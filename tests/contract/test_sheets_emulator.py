@@ -685,6 +685,44 @@ def test_batch_update_is_atomic(emu: SheetsEmulator, key: str, sh: gspread.Sprea
         assert message in _error(info)["message"]
 
 
+def _append_body(sheet_id: int, size: int) -> dict[str, Any]:
+    """An appendCells batchUpdate whose JSON, as requests sends it, is exactly ``size`` bytes."""
+    cell = 40_000
+
+    def body(lengths: list[int]) -> dict[str, Any]:
+        rows = [{"values": [_text("x" * n)]} for n in lengths]
+        append = {"sheetId": sheet_id, "rows": rows, "fields": "userEnteredValue"}
+        return {"requests": [{"appendCells": append}]}
+
+    lengths: list[int] = []
+    while len(json.dumps(body([*lengths, cell, 0]))) <= size:
+        lengths.append(cell)
+    lengths.append(0)
+    lengths[-1] = size - len(json.dumps(body(lengths)))
+    assert len(json.dumps(body(lengths))) == size
+    return body(lengths)
+
+
+@pytest.mark.slow
+def test_request_body_over_ten_megabytes_is_refused(
+    emu: SheetsEmulator, key: str, sh: gspread.Spreadsheet
+) -> None:
+    """A body of 10,485,761 bytes answers 400 "Request payload size exceeds the limit:
+    10485760 bytes." and applies nothing; 10,485,760 bytes exactly is accepted."""
+    sheet_id = emu.sheet_id(key, "Queue")
+    with pytest.raises(APIError) as info:
+        sh.batch_update(_append_body(sheet_id, 10_485_761))
+    assert _error(info) == {
+        "code": 400,
+        "status": "INVALID_ARGUMENT",
+        "message": "Request payload size exceeds the limit: 10485760 bytes.",
+    }
+    assert emu.values(key, "Queue") == [] and emu.requests[-1].counted
+    fits = _append_body(sheet_id, 10_485_760)
+    sh.batch_update(fits)
+    assert len(emu.values(key, "Queue")) == len(fits["requests"][0]["appendCells"]["rows"])
+
+
 def test_update_cells_and_append_cells_in_one_write(
     emu: SheetsEmulator, key: str, sh: gspread.Spreadsheet
 ) -> None:

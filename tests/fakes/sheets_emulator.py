@@ -110,6 +110,10 @@ SPREADSHEET_THEME: dict[str, Any] = {
 DEFAULT_CALLER = "sheetq-tests@sheetq-emulator.iam.gserviceaccount.com"
 MAX_CELLS = 10_000_000  # per spreadsheet, all sheets together (section 7)
 MAX_CELL_CHARS = 50_000
+# Request bodies over this many bytes are refused with 400 before anything is applied
+# (section 7, field report; the limit is on the bytes sent, i.e. the JSON as encoded).
+MAX_REQUEST_BYTES = 10_485_760
+PAYLOAD_TOO_LARGE = f"Request payload size exceeds the limit: {MAX_REQUEST_BYTES} bytes."
 ROW_PX, COL_PX = 21, 100
 _EPOCH = datetime.datetime(1899, 12, 30)
 _ID_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"
@@ -1813,6 +1817,8 @@ class SheetsEmulator:
                     )
             else:
                 try:
+                    if len(raw) > MAX_REQUEST_BYTES:
+                        raise _ApiError(400, PAYLOAD_TOO_LARGE)
                     with self._lock:
                         status, payload = self._route(
                             method, path, query, body, body_error, op, spreadsheet_id, range_text
