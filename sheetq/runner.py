@@ -198,8 +198,9 @@ class Runner:
         self._snapshot: Snapshot | None = None  # the last whole-Queue read: scan or verify
         self._snapshot_at = 0.0  # its monotonic time
         self._positions: dict[str, int] = {}  # task_id → row, when known fresher than a scan
-        self._claim_rows: list[Row] = []  # the claimed rows as read back after the claim
+        self._claim_rows: list[Row] = []  # the claimed rows, read whole just before the claim
         self._claim_positions: dict[str, int] = {}  # task_id → row, verified after the claim
+        self._claim_missing: set[str] = set()  # claimed tasks whose row a person deleted
         self._journal = Journal(journal_path(lock_path(settings)))
 
     # --- the run ---------------------------------------------------------------
@@ -395,15 +396,17 @@ class Runner:
             return False
         plan.changes.lease = change
         queue = self.settings.queue_sheet
-        numbers = tuple(c.row.row for c in plan.claims)
+        # The rows this write changes, read whole first: the claimed tasks' payloads for the
+        # handlers, and every target's full pre-image, so that a person moving a column
+        # between this read and the write can be undone cell by cell (DESIGN.md §5).
+        numbers = tuple(sorted({u.row for u in plan.changes.updates if u.key is not None}))
+        whole = self.store.read([Read(queue, None, rows=numbers)])[0] if numbers else None
         self._journal.claimed(self.run_id, change.token, plan.lease_until, plan.claims)
         try:
-            # The scan moments ago locates the rows; the verifying read also reads the
-            # claimed rows back whole, so the read-back costs no request of its own.
+            # located by the scan moments ago; verified by the write's echo (or a read)
             applied = self.store.apply(
                 plan.changes,
-                baseline=(self._snapshot,) if self._snapshot is not None else (),
-                extra_reads=(Read(queue, None, rows=numbers),) if numbers else (),
+                baseline=tuple(s for s in (self._snapshot, whole) if s is not None),
             )
         except LeaseConflict:
             self.summary.locked = "another sheetq run took this queue's lease"
@@ -412,8 +415,9 @@ class Runner:
             return False
         self._lease = change.token
         self._seen_lease = change.token
-        self._claim_rows = applied.snapshots[0].rows if applied.snapshots else []
+        self._claim_rows = whole.rows if whole is not None else []
         self._claim_positions = applied.rows
+        self._claim_missing = set(applied.missing)
         for line in applied.repaired:
             self._note(f"the sheet changed during the claim write: {line}")
         self.summary.recovered += plan.recovered
@@ -445,13 +449,15 @@ class Runner:
     # --- work ----------------------------------------------------------------------
 
     def _read_back(self, plan: BatchPlan) -> tuple[list[tuple[Claim, Row]], list[Claim]]:
-        """The claimed rows as they are now; keep those that carry this run's id.
+        """The claimed rows: (claim, its row as read whole before the claim) for each claimed
+        task, and the claims to give back.
 
-        The claim's verifying read located every claimed task by ``task_id`` and read the
-        claimed positions whole. A task found elsewhere (a person sorted or inserted rows
-        after the claim) is read again at its new row — one more request, only then — so a
-        sort never strands a batch. A task whose row is gone (a person deleted it) is
-        given back unrun; the release is re-located by task_id like every write.
+        The claim write was verified (the store re-located every target by ``task_id``
+        and checked it holds this run's lease), so the payloads read just before it are
+        the tasks'. A task whose row a person deleted is given back (the release is
+        harmless: it finds no row). A task whose row moved before the claim's whole-row
+        read is read again where it is now, one more request, only then: a sort never
+        strands a batch.
         """
         queue = self.settings.queue_sheet
         by_number = {r.number: r for r in self._claim_rows}
@@ -461,11 +467,13 @@ class Runner:
         moved: dict[str, int] = {}
         for claim in plan.claims:
             task_id = claim.row.task_id
-            row = by_number.get(self._claim_positions.get(task_id, claim.row.row))
+            if task_id in self._claim_missing:
+                continue
+            row = by_number.get(claim.row.row)
             if row is not None and row.text("task_id").strip() == task_id:
                 found[task_id] = row
-            elif task_id in self._claim_positions:
-                moved[task_id] = self._claim_positions[task_id]
+            else:
+                moved[task_id] = self._claim_positions.get(task_id, claim.row.row)
         if moved:
             (again,) = self.store.read([Read(queue, None, rows=tuple(moved.values()))])
             at = {r.number: r for r in again.rows}
@@ -477,11 +485,9 @@ class Runner:
             row = found.get(claim.row.task_id)
             if row is None:
                 give_back.append(claim)
-            elif row.text("lease_owner") == self.run_id:
-                claim.row.row = row.number
-                keep.append((claim, row))
-            else:
-                self._note(f"{claim.row.task_id}: claimed by another run; left to it")
+                continue
+            claim.row.row = self._claim_positions.get(claim.row.task_id, row.number)
+            keep.append((claim, row))
         return keep, give_back
 
     def _work(self, plan: BatchPlan, options: RunOptions) -> bool:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sheetq.errors import (
@@ -205,6 +205,113 @@ def _holds(row: Row, values: Mapping[str, CellValue]) -> bool:
     return all(_same(row.values.get(name), value) for name, value in values.items())
 
 
+# What a write echoes back (``includeSpreadsheetInResponse`` + ``responseRanges``): titles and
+# the cells of the ranges asked for, nothing else.
+_ECHO_FIELDS = (
+    "updatedSpreadsheet(sheets(properties(title),"
+    "data(startRow,startColumn,rowData(values(userEnteredValue,effectiveValue)))))"
+)
+
+
+def _echo_value(cell: Mapping[str, Any]) -> CellValue:
+    """A ``CellData`` as the values API's UNFORMATTED_VALUE would give it."""
+    for field_name in ("effectiveValue", "userEnteredValue"):
+        value = cell.get(field_name)
+        if isinstance(value, dict) and value:
+            kind, payload = next(iter(value.items()))
+            if kind == "errorValue":
+                return "#ERROR!"
+            if kind == "formulaValue" and field_name == "userEnteredValue":
+                continue
+            return payload  # type: ignore[no-any-return]
+    return None
+
+
+def _echo(spreadsheet: Any) -> dict[str, dict[int, list[CellValue]]] | None:
+    """The echoed rows: worksheet → 1-based row → cells by column index (``None``: the
+    endpoint sent no echo)."""
+    if not isinstance(spreadsheet, dict) or "sheets" not in spreadsheet:
+        return None
+    out: dict[str, dict[int, list[CellValue]]] = {}
+    for sheet in spreadsheet.get("sheets") or []:
+        title = str((sheet.get("properties") or {}).get("title", ""))
+        rows = out.setdefault(title, {})
+        for block in sheet.get("data") or []:
+            start = int(block.get("startRow", 0) or 0)
+            left = int(block.get("startColumn", 0) or 0)
+            for offset, row in enumerate(block.get("rowData") or []):
+                cells = [_echo_value(c or {}) for c in (row.get("values") or [])]
+                rows[start + offset + 1] = [None] * left + cells
+    return out
+
+
+@dataclass
+class _Written:
+    """One write as sent: the headers it assumed, the cells it wrote by position (worksheet
+    → row → {column: value}) and the key meant at each row, its appends, and the echo."""
+
+    headers: dict[str, tuple[str, ...]]
+    cells: dict[str, dict[int, Mapping[str, CellValue]]] = field(default_factory=dict)
+    targets: dict[str, dict[int, str]] = field(default_factory=dict)
+    key_columns: dict[str, str] = field(default_factory=dict)
+    appends: dict[str, list[Mapping[str, CellValue]]] = field(default_factory=dict)
+    echo: dict[str, dict[int, list[CellValue]]] | None = None
+
+    def echo_headers(self) -> dict[str, tuple[str, ...]]:
+        out: dict[str, tuple[str, ...]] = {}
+        for title, rows in (self.echo or {}).items():
+            header = [cell_text(v).strip() for v in rows.get(1, [])]
+            while header and not header[-1]:
+                header.pop()
+            out[title] = tuple(header)
+        return out
+
+    def headers_moved(self, now: Mapping[str, tuple[str, ...]] | None = None) -> bool:
+        """Whether a worksheet this write touched has another header now (``now``, else the
+        echo's): a person moved or inserted a column."""
+        now = self.echo_headers() if now is None else now
+        return any(
+            title in now and now[title] != self.headers.get(title)
+            for title in {*self.cells, *self.appends}
+        )
+
+    def verified_by_echo(self) -> bool:
+        """Headers unchanged and every written row holding its key and values, as echoed."""
+        if self.echo is None or self.headers_moved():
+            return False
+        for title, rows in self.cells.items():
+            columns = _columns(self.headers.get(title, ()))
+            echoed = self.echo.get(title, {})
+            key_column = self.key_columns.get(title, "task_id")
+            for number, values in rows.items():
+                cells = echoed.get(number, [])
+
+                key = self.targets.get(title, {}).get(number)
+                if key is not None and cell_text(_at(cells, columns, key_column)).strip() != key:
+                    return False
+                if not all(_same(_at(cells, columns, n), v) for n, v in values.items()):
+                    return False
+        return True
+
+
+def _at(cells: Sequence[CellValue], columns: Mapping[str, int], name: str) -> CellValue:
+    index = columns.get(name)
+    return cells[index] if index is not None and index < len(cells) else None
+
+
+def _index_rows(
+    full: dict[str, dict[str, Row]], snap: Snapshot, keyed: Sequence[UpdateRow]
+) -> None:
+    """Whole rows read by position, filed by the key they hold (when an update means it)."""
+    wanted = {(u.worksheet, u.key_column, str(u.key)) for u in keyed}
+    columns = {u.key_column for u in keyed if u.worksheet == snap.worksheet}
+    for row in snap.rows:
+        for column in columns:
+            key = row.text(column).strip()
+            if (snap.worksheet, column, key) in wanted:
+                full.setdefault(snap.worksheet, {})[key] = row
+
+
 class GoogleStore:
     """A Google spreadsheet as sheetq's store (see the module docstring)."""
 
@@ -233,6 +340,7 @@ class GoogleStore:
         self._rng = random.Random()
         self._sleep = sleep
         self._move_plan: list[tuple[str, int, int]] = []  # (worksheet, first row, last row)
+        self._tails: dict[str, int] = {}  # worksheet → its last row in the last whole read
         self._monotonic = monotonic
         self._deadline = None if time_limit is None else monotonic() + time_limit
         self._limit = (time_limit or 0.0, time_limit_name)
@@ -600,6 +708,7 @@ class GoogleStore:
                         for name in name_list:
                             cells[name] = value
             height = max(rows, default=1)
+            self._tails[sheet.title] = height
             ordered = [
                 Row(n, {name: rows.get(n, {}).get(name) for name in names})
                 for n in range(2, height + 1)
@@ -637,14 +746,21 @@ class GoogleStore:
         §5, "Rows are addressed by task_id"):
 
         1. *locate*: one ``values:batchGet`` of the whole key column and of every column the
-           write changes (the *pre-image* of every row), unless a ``baseline`` snapshot
-           already holds them;
-        2. *write*: the updates at the rows just located, appends, moves, the lease CAS;
-        3. *verify*: the same columns read again (with ``extra_reads``). Each target must
-           hold what was written; a row that is not a target but holds exactly what was
-           written for one (a person sorted or inserted rows between 1 and 2) gets its
-           pre-image back and the target is written again, re-located; then verified again
-           (at most ``REPAIR_ROUNDS`` rounds).
+           write changes (the *pre-image* of every row), and the target rows whole at the
+           rows where they were last seen (their full pre-image), unless ``baseline``
+           snapshots already hold them;
+        2. *write*: the updates at the rows just located, appends, moves, the lease CAS. The
+           request asks Google to echo, atomically with the write, the header rows and the
+           rows it wrote (``includeSpreadsheetInResponse`` + ``responseRanges``): if every
+           written row holds its target and the headers are those the write assumed, the
+           write is verified at no extra request;
+        3. otherwise (or when the endpoint sends no echo) *verify* by reading the same
+           columns again: each target must hold what was written; a row that is not a
+           target but holds exactly what was meant for one (a person sorted or inserted rows
+           between 1 and 2) gets its pre-image back and the target is written again where it
+           is now; if a person moved a column between 1 and 2, every written row gets its
+           full pre-image and its values back, column by name. Then verified again (at most
+           ``REPAIR_ROUNDS`` rounds).
 
         Moves (archive) copy and delete by position in the same request, so whatever rows
         were really at those positions are kept in the destination; what arrived there is
@@ -656,13 +772,23 @@ class GoogleStore:
         keyed = [u for u in changes.updates if u.key is not None]
         if not keyed and not changes.deletes and not changes.moves:
             if changes:
-                self._write(changes, {}, result)
+                written = self._write(changes, {}, result)
+                if written.echo is not None and written.headers_moved():
+                    self._realign_appends(written, result)
             if extra_reads:
                 result.snapshots = self.read(list(extra_reads))
             return result
         wanted = self._verify_columns(changes)
-        before = self._located(wanted, baseline)
-        self._write(changes, before, result)
+        before, full = self._located(wanted, baseline, keyed)
+        written = self._write(changes, before, result)
+        self._result_positions(changes, keyed, before, result)
+        if (
+            not changes.moves
+            and not extra_reads
+            and written.echo is not None
+            and written.verified_by_echo()
+        ):
+            return result
         moved_to = self._move_plan
         self._move_plan = []
         move_reads = [Read(to, None, rows=tuple(range(lo, hi + 1))) for to, lo, hi in moved_to]
@@ -674,7 +800,10 @@ class GoogleStore:
                 self._check_moves(changes, extra[: len(move_reads)], result)
                 extra = extra[len(move_reads) :]
                 move_reads = []
-            repair = self._check(keyed, restores, before, after, result)
+            if written.headers_moved(self._current_headers()):
+                repair = self._realign(written, keyed, full, before, result)
+            else:
+                repair = self._check(keyed, restores, before, after, result)
             if not repair:
                 break
             rounds += 1
@@ -684,19 +813,34 @@ class GoogleStore:
                     f"inserting rows); {len(repair.updates)} row(s) may need a look: "
                     + ", ".join(sorted(str(u.key) for u in repair.updates if u.key)[:10])
                 )
-            self._write(repair, after, result, repair=True)
+            written = self._write(repair, after, result, repair=True, echo=False)
         result.snapshots = extra
         result.verified = after
+        result.positions = {}
         for title, snap in after.items():
             column = self._key_column(changes, title)
             result.positions[title] = _positions(snap, column)
-        queue = after.get(self._titles[0]) if self._titles else None
-        if queue is not None:
-            located = result.positions.get(queue.worksheet, {})
-            for update in keyed:
-                if update.worksheet == queue.worksheet and update.key in located:
-                    result.rows[str(update.key)] = located[str(update.key)]
+        self._result_positions(changes, keyed, after, result)
         return result
+
+    def _result_positions(
+        self,
+        changes: ChangeSet,
+        keyed: Sequence[UpdateRow],
+        located: Mapping[str, Snapshot],
+        result: ApplyResult,
+    ) -> None:
+        """``result.positions`` and ``result.rows`` from a whole-worksheet read."""
+        for title, snap in located.items():
+            if snap.whole and title not in result.positions:
+                result.positions[title] = _positions(snap, self._key_column(changes, title))
+        for update in keyed:
+            row = result.positions.get(update.worksheet, {}).get(str(update.key))
+            if row is not None and update.key_column == "task_id":
+                result.rows[str(update.key)] = row
+
+    def _current_headers(self) -> dict[str, tuple[str, ...]]:
+        return {title: sheet.header for title, sheet in self._sheets.items()}
 
     @staticmethod
     def _key_column(changes: ChangeSet, title: str) -> str:
@@ -739,19 +883,37 @@ class GoogleStore:
         return {title: tuple(cols) for title, cols in wanted.items()}
 
     def _located(
-        self, wanted: Mapping[str, tuple[str, ...]], baseline: Sequence[Snapshot]
-    ) -> dict[str, Snapshot]:
-        """Step 1: a whole-column read per worksheet (or the caller's fresh baseline)."""
+        self,
+        wanted: Mapping[str, tuple[str, ...]],
+        baseline: Sequence[Snapshot],
+        keyed: Sequence[UpdateRow],
+    ) -> tuple[dict[str, Snapshot], dict[str, dict[str, Row]]]:
+        """Step 1: per worksheet, a whole-column read (or the caller's fresh baseline), and
+        the full pre-image of each target (worksheet → key → its whole row): from a
+        baseline that read the rows whole, else read at the rows where they were last
+        seen, in the same request."""
         out: dict[str, Snapshot] = {}
+        full: dict[str, dict[str, Row]] = {}
         for snap in baseline:
             cols = wanted.get(snap.worksheet)
-            if cols is not None and snap.covers(cols):
+            if cols is not None and snap.covers(cols) and snap.worksheet not in out:
                 out[snap.worksheet] = snap
+            elif not snap.whole and snap.columns is not None:
+                _index_rows(full, snap, keyed)
         titles = [t for t in wanted if t not in out]
-        if titles:
-            snaps = self.read([Read(t, wanted[t]) for t in titles])
-            out.update(zip(titles, snaps, strict=True))
-        return out
+        hints: dict[str, tuple[int, ...]] = {}
+        for update in keyed:
+            if update.key not in full.get(update.worksheet, {}):
+                hints.setdefault(update.worksheet, ())
+                hints[update.worksheet] += (update.row,)
+        reads = [Read(t, wanted[t]) for t in titles]
+        reads += [Read(t, None, rows=tuple(sorted(set(rows)))) for t, rows in hints.items()]
+        if reads:
+            snaps = self.read(reads)
+            out.update(zip(titles, snaps[: len(titles)], strict=True))
+            for snap in snaps[len(titles) :]:
+                _index_rows(full, snap, keyed)
+        return out, full
 
     def _verify_read(
         self, wanted: Mapping[str, tuple[str, ...]], extra_reads: Sequence[Read]
@@ -767,30 +929,153 @@ class GoogleStore:
         result: ApplyResult,
         *,
         repair: bool = False,
-    ) -> None:
-        """Step 2: build the batchUpdate from positions in ``located`` and send it."""
+        echo: bool = True,
+    ) -> _Written:
+        """Step 2: build the batchUpdate from positions in ``located`` and send it, asking
+        for the echo of the header rows and of the rows it writes (see ``apply``)."""
         positions = {
             title: _positions(snap, self._key_column(changes, title))
             for title, snap in located.items()
         }
+        written = _Written(headers=self._current_headers())
         lease = self._lease_requests(changes)
-        requests = lease + self._update_requests(changes, positions, result, repair=repair)
+        requests = lease + self._update_requests(changes, positions, result, written, repair=repair)
         requests += self._move_requests(changes, positions, located, result)
         requests += self._delete_requests(changes, positions, result)
         requests += self._append_requests(changes)
+        for append in changes.appends:
+            written.appends.setdefault(append.worksheet, []).append(append.values)
         if not requests:
-            return
-        body = {"requests": requests}
+            return written
+        body: dict[str, Any] = {"requests": requests}
+        params: dict[str, str] = {}
+        titles = sorted({*written.cells, *written.appends})
+        if echo and titles and not changes.moves and not changes.deletes:
+            ranges = [f"{quote_title(t)}!1:1" for t in titles]
+            for title, rows in written.cells.items():
+                ranges += [f"{quote_title(title)}!{lo}:{hi}" for lo, hi in _runs(rows)]
+            body.update(
+                includeSpreadsheetInResponse=True,
+                responseIncludeGridData=True,
+                responseRanges=ranges,
+            )
+            params["fields"] = _ECHO_FIELDS
         try:
-            self._call(
+            reply = self._call(
                 "write",
-                lambda: self._http.batch_update(self.key, body),
+                lambda: self._http.request(
+                    "post", self._url_for(":batchUpdate"), json=body, params=params
+                ).json(),
                 applied=lambda: self._was_applied(changes),
             )
         except StoreError as exc:
             if lease and self._lease_failed(str(exc), len(lease)):
                 raise LeaseConflict(f"the queue's run lease changed: {exc}") from None
             raise
+        if "includeSpreadsheetInResponse" in body and isinstance(reply, dict):
+            written.echo = _echo(reply.get("updatedSpreadsheet"))
+        return written
+
+    def _realign(
+        self,
+        written: _Written,
+        keyed: Sequence[UpdateRow],
+        full: Mapping[str, Mapping[str, Row]],
+        before: Mapping[str, Snapshot],
+        result: ApplyResult,
+    ) -> ChangeSet:
+        """A person moved a column between the locate read and the write, so the write's
+        cells went into other columns of the rows it wrote (rows themselves did not move).
+        Each written row gets, column by name, its full pre-image with the meant values on
+        top; every other cell of it that changed is put back. Appended rows are found by
+        their values and rewritten. Returns the positional repair."""
+        repair = ChangeSet()
+        meant: dict[tuple[str, str], Mapping[str, CellValue]] = {
+            (u.worksheet, str(u.key)): u.values for u in keyed
+        }
+        reads = [
+            Read(title, None, rows=tuple(sorted(rows))) for title, rows in written.cells.items()
+        ]
+        snaps = self.read(reads) if reads else []
+        for snap in snaps:
+            title = snap.worksheet
+            targets = written.targets.get(title, {})
+            for row in snap.rows:
+                key = targets.get(row.number)
+                if key is None:
+                    continue
+                old = full.get(title, {}).get(key)
+                desired: dict[str, CellValue] = {}
+                if old is not None:
+                    desired.update({n: v for n, v in old.values.items() if n})
+                else:
+                    pre = {r.text("task_id").strip(): r for r in before[title].rows}.get(key)
+                    if pre is not None:
+                        desired.update(pre.values)
+                    result.repaired.append(
+                        f"{title} row {row.number} ({key}): its cells outside sheetq's write "
+                        "could not be checked (no full pre-image)"
+                    )
+                desired.update(meant.get((title, key), {}))
+                fixes = {
+                    name: ("" if value is None else value)
+                    for name, value in desired.items()
+                    if name in row.values and not _same(row.values.get(name), value)
+                }
+                if fixes:
+                    repair.updates.append(UpdateRow(title, None, row.number, fixes))
+                    result.repaired.append(
+                        f"{title} row {row.number} ({key}): a column moved mid-write; "
+                        f"{len(fixes)} cell(s) put back by column name"
+                    )
+        self._realign_appends(written, result, repair)
+        return repair
+
+    def _realign_appends(
+        self, written: _Written, result: ApplyResult, repair: ChangeSet | None = None
+    ) -> None:
+        """Appended rows written under a header a person changed meanwhile: find each in the
+        rows after the worksheet's last known row (its values are all there, in other
+        columns) and write it again by column name; the cells it put elsewhere are cleared."""
+        now = self._current_headers() if written.echo is None else written.echo_headers()
+        own = repair is None
+        repair = ChangeSet() if repair is None else repair
+        for title, rows in written.appends.items():
+            if now.get(title, written.headers.get(title)) == written.headers.get(title):
+                continue
+            if written.echo is not None:
+                self._sheets[title] = _Sheet(
+                    title, self._sheet(title).sheet_id, now[title], _columns(now[title])
+                )
+            tail = self._tails.get(title)
+            if tail is None:
+                result.repaired.append(
+                    f"{title}: a column moved while rows were appended; they may need a look"
+                )
+                continue
+            (snap,) = self.read(
+                [Read(title, None, rows=tuple(range(tail + 1, tail + len(rows) + 50)))]
+            )
+            for values in rows:
+                texts = sorted(cell_text(v) for v in values.values() if cell_text(v) != "")
+                for row in snap.rows:
+                    got = sorted(cell_text(v) for v in row.values.values() if cell_text(v) != "")
+                    if got != texts:
+                        continue
+                    fixes = {
+                        name: ("" if values.get(name) is None else values.get(name))
+                        for name in row.values
+                        if not _same(row.values.get(name), values.get(name))
+                    }
+                    if fixes:
+                        repair.updates.append(UpdateRow(title, None, row.number, fixes))
+                        result.repaired.append(
+                            f"{title} row {row.number}: appended while a column moved; "
+                            "rewritten by column name"
+                        )
+                    break
+        if own and repair:
+            self._write(repair, {}, result, echo=False)
 
     def _check(
         self,
@@ -932,6 +1217,7 @@ class GoogleStore:
         changes: ChangeSet,
         positions: Mapping[str, Mapping[str, int]],
         result: ApplyResult,
+        written: _Written,
         *,
         repair: bool = False,
     ) -> list[dict[str, Any]]:
@@ -948,6 +1234,12 @@ class GoogleStore:
                 continue
             sheet = self._sheet(update.worksheet)
             cells = {sheet.columns[n]: v for n, v in update.values.items() if n in sheet.columns}
+            mine = dict(written.cells.setdefault(update.worksheet, {}).get(row, {}))
+            mine.update(update.values)
+            written.cells[update.worksheet][row] = mine
+            if update.key is not None:
+                written.targets.setdefault(update.worksheet, {})[row] = str(update.key)
+                written.key_columns[update.worksheet] = update.key_column
             for lo, hi in _runs(cells):
                 out.append(
                     {

@@ -2553,12 +2553,16 @@ class SheetsEmulator:
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
                 raise _bad(f"Invalid requests[{i}].{kind}: malformed request ({exc}).") from None
             replies.append(reply or {})
-        self._books[book.id] = tx
         out: dict[str, Any] = {"spreadsheetId": book.id, "replies": replies}
         if body.get("includeSpreadsheetInResponse"):
+            ranges = None
+            if body.get("responseRanges"):  # resolved first: a bad range applies nothing
+                refs = [_resolve(tx, str(text)) for text in body["responseRanges"]]
+                ranges = [(ref.sheet, ref.box) for ref in refs]
             out["updatedSpreadsheet"] = self._book_json(
-                tx, bool(body.get("responseIncludeGridData")), None
+                tx, bool(body.get("responseIncludeGridData")), ranges
             )
+        self._books[book.id] = tx
         return out
 
     # Sub-request helpers

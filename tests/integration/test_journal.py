@@ -104,7 +104,8 @@ def test_replay_leaves_rows_a_person_or_another_host_changed(
     journal.claimed("run_dead", None, None, [_claim(t, rows[t]) for t in ids])
     journal.ended("run_dead", person, _outcome(person, "done"))
     journal.started("run_dead", _claim(other_host, rows[other_host]))
-    result = run_cli(["process", "--type", "nothing", "--json"])
+    write_config("[types.job]\ncommand = ['true']\n[types.idle]\ncommand = ['true']\n")
+    result = run_cli(["process", "--type", "idle", "--json"])  # applies the journal only
     doc = result.json()
     assert doc["journal"] == {"applied": 0, "returned": 1, "unknown": 0, "left": 2}
     assert local.row_of(person)["status"] == "skipped"
