@@ -32,8 +32,8 @@ _COLUMNS = (
 def adopt_rows(store: Store, info: WorkbookInfo, settings: Settings, *, now: datetime) -> list[str]:
     """Fill the identity columns of old rows in one write; returns lines to print."""
     (snap,) = store.read([Read(settings.queue_sheet, _COLUMNS)])
-    changes = ChangeSet()  # rows with a task_id, addressed by it
-    keyless = ChangeSet()  # rows without one, addressed by their payload text
+    keyless = ChangeSet()  # rows addressed by their payload text (on no other row)
+    changes = ChangeSet()  # rows whose payload repeats, addressed by their task_id
     # A row without a task_id is addressed by its payload text, so that text must be on no
     # other row: else a write could not tell them apart.
     texts = Counter(r.text("payload_json").strip() for r in snap.rows)
@@ -68,19 +68,21 @@ def adopt_rows(store: Store, info: WorkbookInfo, settings: Settings, *, now: dat
             blank_status += 1
         if not values:
             continue
-        if task_id:
-            changes.updates.append(UpdateRow(settings.queue_sheet, task_id, row.number, values))
-        elif texts[text.strip()] > 1:
-            twins += 1
-        else:
+        if texts[text.strip()] == 1:
+            # addressed by its payload, on no other row: the write's re-location and repair
+            # then know every row's identity, adopted or not (a row without a task_id too)
             keyless.updates.append(
                 UpdateRow(settings.queue_sheet, text.strip(), row.number, values, "payload_json")
             )
+        elif task_id:
+            changes.updates.append(UpdateRow(settings.queue_sheet, task_id, row.number, values))
+        else:
+            twins += 1
     lines: list[str] = []
     # Every write is re-located by its key right before and verified right after (§5): a
     # person sorting the sheet meanwhile never gets a row's identity written onto another.
     adopted = 0
-    for part in (changes, keyless):
+    for part in (keyless, changes):
         if part:
             result = store.apply(part)
             adopted += len(part.updates) - len(result.missing)

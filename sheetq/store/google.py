@@ -255,6 +255,7 @@ class _Written:
     targets: dict[str, dict[int, str]] = field(default_factory=dict)
     key_columns: dict[str, str] = field(default_factory=dict)
     appends: dict[str, list[Mapping[str, CellValue]]] = field(default_factory=dict)
+    moved: set[str] = field(default_factory=set)  # worksheets of moves (archive)
     echo: dict[str, dict[int, list[CellValue]]] | None = None
 
     def echo_headers(self) -> dict[str, tuple[str, ...]]:
@@ -272,7 +273,7 @@ class _Written:
         now = self.echo_headers() if now is None else now
         return any(
             title in now and now[title] != self.headers.get(title)
-            for title in {*self.cells, *self.appends}
+            for title in {*self.cells, *self.appends, *self.moved}
         )
 
     def verified_by_echo(self) -> bool:
@@ -292,6 +293,27 @@ class _Written:
                 if not all(_same(_at(cells, columns, n), v) for n, v in values.items()):
                     return False
         return True
+
+
+def _blank(value: CellValue) -> CellValue:
+    return "" if value is None else value
+
+
+def _keyless_preimage(
+    snap: Snapshot, column: str, names: Sequence[str]
+) -> dict[str, CellValue] | None:
+    """What the rows without a key held in ``names`` before the write, if they all held the
+    same (a manager's note rows: nothing); ``None`` if they differ (then a row without a
+    key that a write reached cannot be told apart, and is reported instead)."""
+    seen = {
+        tuple(cell_text(r.values.get(n)) for n in names)
+        for r in snap.rows
+        if not r.text(column).strip()
+    }
+    if len(seen) > 1:
+        return None
+    only = next(iter(seen), tuple("" for _ in names))
+    return dict(zip(names, only, strict=True))
 
 
 def _at(cells: Sequence[CellValue], columns: Mapping[str, int], name: str) -> CellValue:
@@ -794,8 +816,22 @@ class GoogleStore:
         move_reads = [Read(to, None, rows=tuple(range(lo, hi + 1))) for to, lo, hi in moved_to]
         rounds = 0
         restores: dict[tuple[str, str], UpdateRow] = {}
+        if (
+            move_reads
+            and written.headers_moved(written.echo_headers() if written.echo is not None else None)
+            if written.echo is not None
+            else False
+        ):
+            self._realign_moves(before, result)
         while True:
             after, extra = self._verify_read(wanted, [*move_reads, *extra_reads])
+            if (
+                move_reads
+                and written.echo is None
+                and written.headers_moved(self._current_headers())
+            ):
+                self._realign_moves(before, result)
+                after, extra = self._verify_read(wanted, [*move_reads, *extra_reads])
             if move_reads:
                 self._check_moves(changes, extra[: len(move_reads)], result)
                 extra = extra[len(move_reads) :]
@@ -949,8 +985,10 @@ class GoogleStore:
             return written
         body: dict[str, Any] = {"requests": requests}
         params: dict[str, str] = {}
-        titles = sorted({*written.cells, *written.appends})
-        if echo and titles and not changes.moves and not changes.deletes:
+        for move in changes.moves:
+            written.moved.update((move.worksheet, move.to))
+        titles = sorted({*written.cells, *written.appends, *written.moved})
+        if echo and titles and not changes.deletes:
             ranges = [f"{quote_title(t)}!1:1" for t in titles]
             for title, rows in written.cells.items():
                 ranges += [f"{quote_title(title)}!{lo}:{hi}" for lo, hi in _runs(rows)]
@@ -1031,6 +1069,30 @@ class GoogleStore:
         self._realign_appends(written, result, repair)
         return repair
 
+    def _realign_moves(self, before: Mapping[str, Snapshot], result: ApplyResult) -> None:
+        """A person moved a column between archive's read and its write, so the copy put
+        cells under other headers. Rows did not move: each copied row is written again in
+        its destination, column by name, from the whole row read before the write."""
+        repair = ChangeSet()
+        for to_title, dest_row, source_title, source_row in self._move_sources:
+            snap = before.get(source_title)
+            row = next((r for r in snap.rows if r.number == source_row), None) if snap else None
+            if row is None:
+                continue
+            header = self._sheet(to_title).header
+            values = {
+                name: ("" if row.values.get(name) is None else row.values.get(name))
+                for name in header
+                if name
+            }
+            repair.updates.append(UpdateRow(to_title, None, dest_row, values))
+        if repair:
+            self._write(repair, {}, result, echo=False)
+            result.repaired.append(
+                f"a column moved while rows were archived: {len(repair.updates)} archived "
+                "row(s) rewritten by column name"
+            )
+
     def _realign_appends(
         self, written: _Written, result: ApplyResult, repair: ChangeSet | None = None
     ) -> None:
@@ -1107,6 +1169,8 @@ class GoogleStore:
             if old is not None:
                 for row in old.rows:
                     pre.setdefault(row.text(column).strip(), row)
+            union = list(dict.fromkeys(name for u in mine for name in u.values))
+            originals = {str(u.key) for u in mine}
             for key, update in expected.items():
                 now_at = rows_of.get(key)
                 if now_at is None:
@@ -1115,9 +1179,14 @@ class GoogleStore:
                         result.missing.append(key)
                     continue
                 if not _holds(now_at, update.values):
-                    repair.updates.append(
-                        UpdateRow(title, key, now_at.number, update.values, column)
-                    )
+                    values = dict(update.values)
+                    earlier = pre.get(key)
+                    if key in originals and earlier is not None:
+                        # another target's write may have landed here: its other columns
+                        # get this row's pre-image back, then this row's own values
+                        values = {n: _blank(earlier.values.get(n)) for n in union} | values
+                    repair.updates.append(UpdateRow(title, key, now_at.number, values, column))
+            keyless = _keyless_preimage(old, column, union) if old is not None else None
             for row in snap.rows:
                 key = row.text(column).strip()
                 if key in expected:
@@ -1128,10 +1197,19 @@ class GoogleStore:
                 earlier = pre.get(key) if key else None
                 if earlier is not None and _holds(earlier, hit.values):
                     continue  # it held these values before the write: not our doing
-                restore: dict[str, CellValue] = {}
-                for name in hit.values:
-                    value = earlier.values.get(name) if earlier is not None else None
-                    restore[name] = "" if value is None else value
+                if earlier is not None:
+                    restore = {name: _blank(earlier.values.get(name)) for name in union}
+                elif key:
+                    restore = dict.fromkeys(union, "")  # a row a person added meanwhile
+                elif keyless is not None:
+                    restore = dict(keyless)
+                else:
+                    result.repaired.append(
+                        f"{title} row {row.number} (a row without {column}) got a write meant "
+                        f"for {hit.key} (rows moved mid-write) and could not be put back: "
+                        "check it by hand"
+                    )
+                    continue
                 fix = UpdateRow(title, key or None, row.number, restore, column)
                 repair.updates.append(fix)
                 if key:
@@ -1267,6 +1345,7 @@ class GoogleStore:
         column (header names may be in another order there), then delete those positions:
         one atomic request, so whatever was really at those positions is kept."""
         self._move_plan = []
+        self._move_sources: list[tuple[str, int, str, int]] = []
         if not changes.moves:
             return []
         by_pair: dict[tuple[str, str], list[int]] = {}
@@ -1302,6 +1381,10 @@ class GoogleStore:
             at = end  # 0-based index of the next destination row
             spans = _column_spans(source.columns, dest.columns)
             for lo, hi in runs:
+                for offset in range(hi - lo + 1):
+                    self._move_sources.append(
+                        (to_title, at + offset + 1, source_title, lo + offset)
+                    )
                 for src_col, dst_col, width in spans:
                     out.append(
                         {

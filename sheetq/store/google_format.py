@@ -81,7 +81,6 @@ def _sheet_requests(
     done: list[str] = []
     props = meta.get("properties", {})
     grid = props.get("gridProperties", {})
-    rows = int(grid.get("rowCount", 1000))
     if int(grid.get("frozenRowCount", 0)) != 1:
         requests.append(
             {
@@ -116,9 +115,8 @@ def _sheet_requests(
                 "setDataValidation": {
                     "range": {
                         "sheetId": sheet_id,
-                        "startRowIndex": 1,
-                        "endRowIndex": rows,
-                        "startColumnIndex": status,
+                        "startRowIndex": 1,  # unbounded below: rows a person adds or
+                        "startColumnIndex": status,  # deletes meanwhile change nothing
                         "endColumnIndex": status + 1,
                     },
                     "rule": {
@@ -152,7 +150,6 @@ def _sheet_requests(
                                 {
                                     "sheetId": sheet_id,
                                     "startRowIndex": 1,
-                                    "endRowIndex": rows,
                                     "startColumnIndex": 0,
                                     "endColumnIndex": width,
                                 }

@@ -49,20 +49,20 @@ def _fill(n: int, task_type: str = "job") -> None:
 
 @pytest.mark.parametrize("size", [1, 10, 100])
 def test_process_budget_per_batch(gbook: GoogleBook, tmp_path: Path, size: int) -> None:
-    """One batch of up to 100 tasks costs at most 7 requests; each further batch at most 6
-    (scan, claim, its verifying read with the read-back, re-location, results, their
-    verifying read); the last scan that finds nothing 1."""
+    """One batch of up to 100 tasks costs at most 6 requests; each further batch at most 5
+    (scan, the claimed rows read whole, the claim, re-location, results; each write is
+    verified by its own echo); the last scan that finds nothing 1."""
     emu = gbook.emulator
     _ok_config(tmp_path)
     _fill(size * 3)
     emu.reset_counts()
     doc = run_cli(["process", "--batch-size", str(size), "--json"]).json()
     assert doc["done"] == size
-    assert emu.count() <= 7, [r.op for r in emu.requests]
+    assert emu.count() <= 6, [r.op for r in emu.requests]
     emu.reset_counts()
     doc = run_cli(["process", "--batch-size", str(size), "--until-empty", "--json"]).json()
     assert doc["batches"] == 2 and doc["done"] == 2 * size
-    assert emu.count() <= 2 + 2 * 6 - 1 + 1, [r.op for r in emu.requests]
+    assert emu.count() <= 2 + 2 * 5 - 1, [r.op for r in emu.requests]
 
 
 def test_enqueue_and_status_budgets(gbook: GoogleBook) -> None:
