@@ -795,7 +795,11 @@ class GoogleStore:
         if not keyed and not changes.deletes and not changes.moves:
             if changes:
                 written = self._write(changes, {}, result)
-                if written.echo is not None and written.headers_moved():
+                if written.echo is None and written.appends:
+                    self._refresh_headers(sorted(written.appends))  # no echo: ask instead
+                    if written.headers_moved(self._current_headers()):
+                        self._realign_appends(written, result)
+                elif written.echo is not None and written.headers_moved():
                     self._realign_appends(written, result)
             if extra_reads:
                 result.snapshots = self.read(list(extra_reads))
@@ -874,6 +878,15 @@ class GoogleStore:
             row = result.positions.get(update.worksheet, {}).get(str(update.key))
             if row is not None and update.key_column == "task_id":
                 result.rows[str(update.key)] = row
+
+    def _refresh_headers(self, titles: Sequence[str]) -> None:
+        """Read the header rows of ``titles`` (one ``values:batchGet``)."""
+        answers = self._batch_get([f"{quote_title(t)}!1:1" for t in titles], "read")
+        for title, answer in zip(titles, answers, strict=True):
+            header = self._header_from(answer)
+            sheet = self._sheet(title)
+            if header != sheet.header:
+                self._sheets[title] = _Sheet(title, sheet.sheet_id, header, _columns(header))
 
     def _current_headers(self) -> dict[str, tuple[str, ...]]:
         return {title: sheet.header for title, sheet in self._sheets.items()}

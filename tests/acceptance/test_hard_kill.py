@@ -383,17 +383,26 @@ def test_kill_before_the_results_write_google(
 def test_kill_before_any_handler_started_google(
     sheets_emulator: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """On Google: SIGKILL while the claim read-back is in flight: the ten are claimed, none
-    started; all go back without an attempt and run once."""
+    """On Google: SIGKILL while the reply to the claim write is on its way (the claim is in
+    the sheet, the run has not seen it): the ten are claimed, none started; all go back
+    without an attempt and run once."""
     book = _google(sheets_emulator, monkeypatch)
     batch = _setup(book, tmp_path, monkeypatch)
-    hold = Hold(sheets_emulator, "values.batchGet", 2)  # 1: scan, 2: read-back
+    reached, go = threading.Event(), threading.Event()
+
+    def hold(_emulator: Any) -> None:
+        reached.set()
+        go.wait(WAIT)
+
+    sheets_emulator.reset_counts()
+    # 1 open, 2 scan, 3 the claimed rows read whole, 4 the claim write
+    sheets_emulator.after(4, hold)
     try:
         batch.start()
-        assert hold.reached.wait(WAIT), "the read-back never came"
+        assert reached.wait(WAIT), "the claim write never came"
         batch.kill()
     finally:
-        hold.drop()
+        go.set()
     assert {r["status"] for r in book.records()} == {"processing"}
     _rerun_and_check(
         batch, finished=[], running=None, journal={"applied": 0, "returned": 10, "unknown": 0}

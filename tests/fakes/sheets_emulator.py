@@ -1355,9 +1355,13 @@ class SheetsEmulator:
 
     ``caller_email`` is the identity Google would report as editor of protected ranges;
     ``seed`` makes generated ids (spreadsheets, sheets, named/protected ranges) repeatable.
+    ``echo_writes = False`` makes ``spreadsheets.batchUpdate`` ignore
+    ``includeSpreadsheetInResponse`` (an endpoint that sends no echo of its writes), so
+    a client's fallback can be tested.
     """
 
     base_url: str
+    echo_writes: bool = True
 
     def __init__(
         self,
@@ -2554,7 +2558,7 @@ class SheetsEmulator:
                 raise _bad(f"Invalid requests[{i}].{kind}: malformed request ({exc}).") from None
             replies.append(reply or {})
         out: dict[str, Any] = {"spreadsheetId": book.id, "replies": replies}
-        if body.get("includeSpreadsheetInResponse"):
+        if body.get("includeSpreadsheetInResponse") and self.echo_writes:
             ranges = None
             if body.get("responseRanges"):  # resolved first: a bad range applies nothing
                 refs = [_resolve(tx, str(text)) for text in body["responseRanges"]]

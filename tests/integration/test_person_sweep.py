@@ -919,29 +919,39 @@ def run_case(ctx: Ctx, edit: str | None, k: int | None) -> tuple[int, list[str]]
 # --- the sweep --------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("echo", ["echo", "no-echo"])
 @pytest.mark.parametrize("edit", list(EDITS))
 @pytest.mark.parametrize("command", list(COMMANDS))
 def test_person_edit_at_every_boundary(
-    setup: Callable[[Command], Ctx], command: str, edit: str
+    setup: Callable[[Command], Ctx],
+    sheets_emulator: SheetsEmulator,
+    command: str,
+    edit: str,
+    echo: str,
 ) -> None:
-    """Each person edit between any two requests of a writing command keeps every promise."""
+    """Each person edit between any two requests of a writing command keeps every promise,
+    whether the endpoint echoes writes (Google does) or not (then sheetq reads to verify)."""
     spec = COMMANDS[command]
-    n, baseline = run_case(setup(spec), None, None)
-    assert baseline == [], f"{command} without an edit already breaks: {baseline}"
-    MEASURED_N[command] = n
-    failures = []
-    for k in range(1, n):
-        _, problems = run_case(setup(spec), edit, k)
-        CASES[command] += 1
-        failures += [f"{command} × {edit} × after request {k}/{n}: {p}" for p in problems]
+    sheets_emulator.echo_writes = echo == "echo"
+    try:
+        n, baseline = run_case(setup(spec), None, None)
+        assert baseline == [], f"{command} without an edit already breaks: {baseline}"
+        MEASURED_N[f"{command} ({echo})"] = n
+        failures = []
+        for k in range(1, n):
+            _, problems = run_case(setup(spec), edit, k)
+            CASES[f"{command} ({echo})"] += 1
+            failures += [f"{command} × {edit} × after request {k}/{n}: {p}" for p in problems]
+    finally:
+        sheets_emulator.echo_writes = True
     assert not failures, f"{len(failures)} broken promises:\n" + "\n".join(failures)
 
 
 def test_sweep_size(capsys: pytest.CaptureFixture[str]) -> None:
     """The sweep ran (command, boundary, edit) cases for every writing command; prints how many."""
-    if len(CASES) < len(COMMANDS):
+    if len(CASES) < 2 * len(COMMANDS):
         pytest.skip("the sweep itself was not run (or not completely) in this session")
-    lines = [f"{c}: N={MEASURED_N[c]} requests, {CASES[c]} cases" for c in COMMANDS]
+    lines = [f"{c}: N={MEASURED_N[c]} requests, {CASES[c]} cases" for c in sorted(CASES)]
     with capsys.disabled():
         print("\nperson-edit sweep:", *lines, f"total: {sum(CASES.values())} cases", sep="\n  ")
-    assert all(CASES[c] >= len(EDITS) for c in COMMANDS)
+    assert all(count >= len(EDITS) for count in CASES.values())
