@@ -198,6 +198,38 @@ class Journal:
             ]
         )
 
+    def keep_claim(
+        self, run_id: str, lease: str | None, lease_until: datetime | None, claims: Sequence[Claim]
+    ) -> None:
+        """After a write that carried the previous batch's results and this claim: the
+        journal holds this claim only, replaced atomically (a new file, fsync'd, renamed over
+        the old one), so no kill leaves it holding neither."""
+        if not claims:
+            self.clear()
+            return
+        record = {
+            "kind": "claim",
+            "run": run_id,
+            "lease": lease,
+            "lease_until": format_ts(lease_until) if lease_until else "",
+            "tasks": [{"task_id": c.row.task_id, "previous": str(c.previous)} for c in claims],
+        }
+        temp = self.path.with_name(self.path.name + ".new")
+        try:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                os.write(fd, _line({"v": VERSION, **record}))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(temp, self.path)
+            _fsync_dir(self.path.parent)
+        except OSError as exc:
+            if not self.problem:
+                self.problem = f"host journal {self.path} not written ({exc.strerror or exc})"
+            return
+        self._dirty = True
+
     def clear(self) -> None:
         """Empty the journal (after the batch's results are written, or it was applied)."""
         if not self._dirty and not self.path.exists():

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, tzinfo
 from functools import cached_property
@@ -287,6 +287,7 @@ def plan_batch(
     rng: random.Random,
     types: Sequence[str] = (),
     open_circuits: Iterable[str] = (),
+    held: Collection[str] = (),
 ) -> BatchPlan:
     """What one claim request writes: recoveries, expiries, a person's requeues,
     duplicate-key losers, and the claim of the oldest due rows (DESIGN.md §5 steps 2–4)."""
@@ -325,6 +326,8 @@ def plan_batch(
     candidates: list[QueueRow] = []
     reconciles: list[QueueRow] = []
     for row in rows:
+        if row.task_id in held:
+            continue  # this run's results for it are not written yet (they ride in this claim)
         if row.status is None:
             plan.unrecognised += 1
             continue

@@ -44,7 +44,16 @@ from sheetq.queue import (
 from sheetq.redact import plural, redact
 from sheetq.retry import Decision, Outcome, decide
 from sheetq.schema import check_schema
-from sheetq.store.base import ChangeSet, LeaseChange, Read, Row, Snapshot, Store, UpdateRow
+from sheetq.store.base import (
+    ApplyResult,
+    ChangeSet,
+    LeaseChange,
+    Read,
+    Row,
+    Snapshot,
+    Store,
+    UpdateRow,
+)
 from sheetq.times import format_ts, zone
 
 log = logging.getLogger("sheetq.runner")
@@ -201,6 +210,9 @@ class Runner:
         self._claim_rows: list[Row] = []  # the claimed rows, read whole just before the claim
         self._claim_positions: dict[str, int] = {}  # task_id → row, verified after the claim
         self._claim_missing: set[str] = set()  # claimed tasks whose row a person deleted
+        self._pending: ChangeSet | None = None  # results not written yet (ride in the next claim)
+        self._pending_full: Snapshot | None = None  # their rows' full pre-image
+        self._held: set[str] = set()  # tasks claimed by this run whose results are not written
         self._journal = Journal(journal_path(lock_path(settings)))
 
     # --- the run ---------------------------------------------------------------
@@ -245,6 +257,7 @@ class Runner:
         if not self._apply_journal(options):
             return
         last_rows: list[QueueRow] = []
+        fresh_scan = False  # the last scan came after the last handler ran
         while True:
             if self._out_of_time(options):
                 self.summary.notes.append("max runtime reached: no new batch claimed")
@@ -252,6 +265,7 @@ class Runner:
             if options.max_batches is not None and self.summary.batches >= options.max_batches:
                 break
             rows = self._scan()
+            fresh_scan = True
             last_rows = rows
             self._scanned = {r.task_id: r for r in rows}
             now = self.clock.now()
@@ -264,6 +278,7 @@ class Runner:
                 rng=self.rng,
                 types=options.types,
                 open_circuits=self._open,
+                held=self._held if self._pending is not None else (),
             )
             self.summary.without_handler = plan.without_handler
             log.info("scan: %d row(s), %d due task(s) to claim", len(rows), len(plan.claims))
@@ -278,9 +293,11 @@ class Runner:
                 return
             if not plan.claims:
                 break
+            fresh_scan = False
             ran_any = self._work(plan, options)
             if not ran_any:
                 break
+        self._flush(fresh_scan=fresh_scan)
         self._alerts(last_rows)
 
     def _apply_journal(self, options: RunOptions) -> bool:
@@ -351,7 +368,10 @@ class Runner:
             log.info(message)  # the CLI prints the notes; logging them too would say it twice
 
     def _scan(self) -> list[QueueRow]:
-        (snap,) = self.store.read([Read(self.settings.queue_sheet, SCAN_COLUMNS)])
+        # With results held, the scan also locates their write (it rides in the next claim):
+        # it then reads `result` too, the one column a result writes that a scan does not.
+        columns = (*SCAN_COLUMNS, "result") if self._pending is not None else SCAN_COLUMNS
+        (snap,) = self.store.read([Read(self.settings.queue_sheet, columns)])
         self._snapshot = snap
         self._snapshot_at = self.clock.monotonic()
         self._positions = {}
@@ -390,34 +410,48 @@ class Runner:
         return LeaseChange(self._lease_name, lease_token(plan.lease_until, self.rng), current)
 
     def _claim(self, plan: BatchPlan, now: datetime) -> bool:
+        """One write: the previous batch's results (if held), the recoveries, expiries and
+        requeues of this scan, this batch's claims, and the run lease's compare-and-set.
+        Returns ``False`` when another run holds the queue."""
         change = self._lease_change(plan, now)
         if change is None:
             self.summary.locked = "another sheetq run holds this queue's lease"
             return False
-        plan.changes.lease = change
         queue = self.settings.queue_sheet
         # The rows this write changes, read whole first: the claimed tasks' payloads for the
         # handlers, and every target's full pre-image, so that a person moving a column
         # between this read and the write can be undone cell by cell (DESIGN.md §5).
         numbers = tuple(sorted({u.row for u in plan.changes.updates if u.key is not None}))
         whole = self.store.read([Read(queue, None, rows=numbers)])[0] if numbers else None
+        results = self._pending
+        changes = ChangeSet()
+        if results is not None:
+            changes.extend(results)  # the previous batch's results ride in this write
+        changes.extend(plan.changes)
+        changes.lease = change
         self._journal.claimed(self.run_id, change.token, plan.lease_until, plan.claims)
+        baseline = tuple(s for s in (self._snapshot, whole, self._pending_full) if s is not None)
         try:
             # located by the scan moments ago; verified by the write's echo (or a read)
-            applied = self.store.apply(
-                plan.changes,
-                baseline=tuple(s for s in (self._snapshot, whole) if s is not None),
-            )
+            applied = self.store.apply(changes, baseline=baseline)
         except LeaseConflict:
             self.summary.locked = "another sheetq run took this queue's lease"
+            if results is not None:
+                self._flush(fresh_scan=True)  # the results must land anyway
             self._lease = None
             self._journal.clear()  # nothing was claimed
             return False
+        if results is not None:
+            self._pending = None
+            self._pending_full = None
+            self._after_results(applied)
+        self._journal.keep_claim(self.run_id, change.token, plan.lease_until, plan.claims)
         self._lease = change.token
         self._seen_lease = change.token
         self._claim_rows = whole.rows if whole is not None else []
         self._claim_positions = applied.rows
         self._claim_missing = set(applied.missing)
+        self._held = {c.row.task_id for c in plan.claims}
         for line in applied.repaired:
             self._note(f"the sheet changed during the claim write: {line}")
         self.summary.recovered += plan.recovered
@@ -429,6 +463,10 @@ class Runner:
             self.summary.batches += 1
             self.summary.claimed += len(plan.claims)
             log.info("batch %d: claimed %d task(s)", self.summary.batches, len(plan.claims))
+        else:
+            self._lease = None  # released by this write (nothing claimed)
+            self._seen_lease = None
+            self._journal.clear()
         self._remember_plan_failures(plan)
         return True
 
@@ -521,29 +559,10 @@ class Runner:
                     for other in unstarted:
                         results.extend(self._release(other, "the run was interrupted"))
                 break
-        results.lease = LeaseChange(self._lease_name, None, self._lease)
-        try:
-            applied = self.store.apply(results)
-        except LeaseConflict:
-            # Our lease ran out and another run replaced it; the results must land anyway.
-            self._note("run lease expired during the batch; results written without it")
-            results.lease = None
-            applied = self.store.apply(results)
-        self._journal.clear()  # the batch is in the sheet: nothing left to replay
-        self._lease = None
-        self._seen_lease = None
-        for line in applied.repaired:
-            self._note(f"the sheet changed during the result write: {line}")
-        for key, number in applied.rows.items():
-            if key in self._failures:
-                self._failures[key].row = number
-        located = applied.positions.get(self.settings.queue_sheet)
-        if located:
-            self._positions = located
-        self._snapshot = applied.verified.get(self.settings.queue_sheet)
-        self._snapshot_at = self.clock.monotonic()
-        for key in applied.missing:
-            self._note(f"{key}: row deleted by a person before its result was written")
+        self._pending = results
+        self._pending_full = self._full_after_claim(plan)
+        if stop is not None:
+            self._flush(fresh_scan=False)
         if stop is not None:
             code = stop.exit_code if isinstance(stop, Interrupted) else 130
             current = (
@@ -556,6 +575,64 @@ class Runner:
                 f"{current}{self.summary.released} unstarted task(s) released", code
             ) from None
         return ran_any
+
+    def _full_after_claim(self, plan: BatchPlan) -> Snapshot | None:
+        """The claimed rows as they are in the sheet now: read whole before the claim, with
+        the claim's cells on top. The full pre-image of the results write (only a person
+        moving a column mid-write needs it)."""
+        if not self._claim_rows:
+            return None
+        claimed = {u.key: u.values for u in plan.changes.updates if u.key is not None}
+        rows = [
+            Row(r.number, {**r.values, **claimed.get(r.text("task_id").strip(), {})})
+            for r in self._claim_rows
+        ]
+        header = self.info.sheet(self.settings.queue_sheet).header
+        return Snapshot(self.settings.queue_sheet, header, rows, tuple(n for n in header if n))
+
+    def _flush(self, *, fresh_scan: bool) -> None:
+        """Write the results still held (the last batch's, when no further claim carries
+        them) and release the run lease, in one request. ``fresh_scan``: the last scan was
+        made just now, after the handlers, so it locates the rows (else the store reads)."""
+        results = self._pending
+        if results is None:
+            if self._lease is not None:
+                results = ChangeSet()
+            else:
+                return
+        results.lease = LeaseChange(self._lease_name, None, self._lease)
+        baseline = tuple(
+            s
+            for s in ((self._snapshot if fresh_scan else None), self._pending_full)
+            if s is not None
+        )
+        try:
+            applied = self.store.apply(results, baseline=baseline)
+        except LeaseConflict:
+            # Our lease ran out and another run replaced it; the results must land anyway.
+            self._note("run lease expired during the batch; results written without it")
+            results.lease = None
+            applied = self.store.apply(results, baseline=baseline)
+        self._journal.clear()  # the batch is in the sheet: nothing left to replay
+        self._lease = None
+        self._seen_lease = None
+        self._pending = None
+        self._pending_full = None
+        self._after_results(applied)
+
+    def _after_results(self, applied: ApplyResult) -> None:
+        for line in applied.repaired:
+            self._note(f"the sheet changed during the result write: {line}")
+        for key, number in applied.rows.items():
+            if key in self._failures:
+                self._failures[key].row = number
+        located = applied.positions.get(self.settings.queue_sheet)
+        if located:
+            self._positions = located
+        for key in applied.missing:
+            if key in self._held:
+                self._note(f"{key}: row deleted by a person before its result was written")
+        self._held = set()
 
     def _interrupted(self, current: Claim, unstarted: Sequence[Claim]) -> ChangeSet:
         """Asked to stop mid-task (the handler was killed with its process group): the current

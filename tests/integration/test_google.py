@@ -4,6 +4,7 @@ budgets (DESIGN.md §6), faults, a person editing mid-run, init formatting, erro
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -49,9 +50,10 @@ def _fill(n: int, task_type: str = "job") -> None:
 
 @pytest.mark.parametrize("size", [1, 10, 100])
 def test_process_budget_per_batch(gbook: GoogleBook, tmp_path: Path, size: int) -> None:
-    """One batch of up to 100 tasks costs at most 6 requests; each further batch at most 5
-    (scan, the claimed rows read whole, the claim, re-location, results; each write is
-    verified by its own echo); the last scan that finds nothing 1."""
+    """One batch of up to 100 tasks costs at most 6 requests, opening included; a run of k
+    batches at most 3k + 3 (each batch: a scan, the claimed rows read whole, one write that
+    carries the previous batch's results and this claim; then the last scan and the last
+    results), every write verified by its own echo."""
     emu = gbook.emulator
     _ok_config(tmp_path)
     _fill(size * 3)
@@ -62,7 +64,7 @@ def test_process_budget_per_batch(gbook: GoogleBook, tmp_path: Path, size: int) 
     emu.reset_counts()
     doc = run_cli(["process", "--batch-size", str(size), "--until-empty", "--json"]).json()
     assert doc["batches"] == 2 and doc["done"] == 2 * size
-    assert emu.count() <= 1 + 2 * 5 + 1, [r.op for r in emu.requests]
+    assert emu.count() <= 3 * 2 + 3, [r.op for r in emu.requests]
 
 
 def test_enqueue_and_status_budgets(gbook: GoogleBook) -> None:
@@ -448,3 +450,65 @@ def test_sort_between_locate_and_result_write_is_put_right(
         n = json.loads(row["payload_json"])["n"]
         assert row["result"] == f"ok-{n}", row
     assert_log_matches_queue(gbook)
+
+
+def test_steady_state_batch_is_two_reads_and_one_write(gbook: GoogleBook, tmp_path: Path) -> None:
+    """`--until-empty` over 5 batches: 3k + 3 requests, and between two claims exactly one
+    scan, one read of the claimed rows and one write (the results ride in the next claim)."""
+    emu = gbook.emulator
+    _ok_config(tmp_path)
+    _fill(50)
+    emu.reset_counts()
+    doc = run_cli(["process", "--batch-size", "10", "--until-empty", "--json"]).json()
+    assert doc["batches"] == 5 and doc["done"] == 50
+    ops = [r.op for r in emu.requests if r.counted]
+    assert len(ops) <= 3 * 5 + 3, ops
+    assert ops[1:-2] == ["values.batchGet", "values.batchGet", "spreadsheets.batchUpdate"] * 5, ops
+    assert all(r["status"] == "done" for r in gbook.records())
+
+
+@pytest.mark.parametrize("fault", ["429", "lost reply"])
+def test_fault_on_the_merged_write_runs_nothing_twice(
+    gbook: GoogleBook, tmp_path: Path, fault: str
+) -> None:
+    """A 429 or a lost reply on the write that carries batch 1's results and batch 2's claim:
+    nothing runs twice, no result is lost, no row is left processing, the log agrees."""
+    emu = gbook.emulator
+    (Path.cwd() / "gtest_counting.py").write_text(
+        "import os\n"
+        "def ok(task):\n"
+        "    with open(os.environ['CALLS'], 'a') as f:\n"
+        "        f.write(task.task_id + '\\n')\n"
+        "    return 'ok'\n",
+        encoding="utf-8",
+    )
+    calls = tmp_path / "calls"
+    os.environ["CALLS"] = str(calls)
+    write_config("[types.job]\npython = 'gtest_counting:ok'\n")
+    _fill(15)
+    writes = {"n": 0}
+
+    def on_write(e: Any) -> None:
+        writes["n"] += 1
+        if writes["n"] == 2:  # batch 1's results + batch 2's claim
+            if fault == "429":
+                e.fail_next(429, retry_after=0, op="spreadsheets.batchUpdate")
+            else:
+                e.lose_reply_next(op="spreadsheets.batchUpdate", mode="503")
+
+    emu.before_next(on_write, op="spreadsheets.batchUpdate", times=2)
+    try:
+        r = run_cli(["process", "--batch-size", "5", "--until-empty", "--json"])
+    finally:
+        del os.environ["CALLS"]
+    assert r.code == 0, r.stderr
+    assert r.json()["done"] == 15 and r.json()["batches"] == 3
+    assert writes["n"] == 2 and emu.pending_faults() == 0
+    ran = calls.read_text().split()
+    assert len(ran) == 15 and len(set(ran)) == 15
+    rows = gbook.records()
+    assert [x["status"] for x in rows] == ["done"] * 15
+    assert all(x["lease_owner"] == "" and x["result"] == "ok" for x in rows)
+    assert_log_matches_queue(gbook)
+    for x in rows:
+        assert [e["event"] for e in gbook.log(x["task_id"])].count("done") == 1
