@@ -140,6 +140,56 @@ def request_costs(emu: CountingEmulator, tasks: int, sizes: Sequence[int]) -> li
     return out
 
 
+def _within_quota(name: str, reads: int, writes: int, tasks: int, note: str) -> Measure:
+    """Tasks per minute when the run is paced by the quota: 60 reads and 60 writes per
+    minute per user (Google Sheets API limits), so it takes max(reads, writes) / 60 min."""
+    minutes = max(reads, writes) / WRITE_QUOTA
+    return Measure(
+        "1b throughput",
+        name,
+        round(tasks / minutes) if minutes else 0,
+        "tasks/min",
+        f"{reads} reads + {writes} writes for {tasks:,} tasks; {note}".strip("; "),
+    )
+
+
+def end_to_end(emu: CountingEmulator, counts: Sequence[int]) -> list[Measure]:
+    """Tasks per minute within the quota, end to end: `enqueue --jsonl` then
+    `process --until-empty --batch-size 100`; webhooks enqueued one by one; next to the
+    physical floor (1 read + 1 write per batch of 100) and a row-by-row queue."""
+    out: list[Measure] = []
+    with tempfile.TemporaryDirectory(prefix="sheetq-bench-") as tmp:
+        for count in counts:
+            session = _session(emu, Path(tmp) / f"e2e{count}")
+            r1, w1, _, _ = session.counted(
+                lambda s=session, c=count: s.run(
+                    ["enqueue", "job", "--jsonl", "--json"], stdin=_jsonl(c)
+                )
+            )
+            args = ["process", "--batch-size", "100", "--until-empty", "--json"]
+            r2, w2, _, doc = session.counted(partial(session.run, args))
+            assert doc["done"] == count, doc
+            out.append(
+                _within_quota(
+                    f"enqueue --jsonl + process, {count:,} tasks, batch 100",
+                    r1 + r2,
+                    w1 + w2,
+                    count,
+                    f"{doc['batches']} batches",
+                )
+            )
+        session = _session(emu, Path(tmp) / "hooks")
+        reads = writes = 0
+        for n in range(20):
+            r, w, _, _ = session.counted(
+                lambda n=n: session.run(["enqueue", "job", json.dumps({"n": n}), "--json"])
+            )
+            reads, writes = reads + r, writes + w
+        out.append(_within_quota("webhooks enqueued one by one", reads, writes, 20, "20 tasks"))
+    out.append(_within_quota("physical floor: 1 read + 1 write per batch of 100", 1, 1, 100, ""))
+    return out
+
+
 def _session(emu: CountingEmulator, work: Path, key: str | None = None) -> Session:
     work.mkdir(parents=True, exist_ok=True)
     session = Session(emu, key or emu.create_spreadsheet(), work)

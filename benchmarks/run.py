@@ -59,14 +59,15 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_google:
         import stamina
 
-        from benchmarks._google import CountingEmulator, request_costs
+        from benchmarks._google import CountingEmulator, end_to_end, request_costs
 
         stamina.set_active(False)  # the emulator never fails; no waiting on a retry
         emu = CountingEmulator()
         emu.start()
         try:
             progress(f"Sheets API requests per task ({args.tasks} tasks per run)")
-            rows += request_costs(emu, args.tasks, (1, 10, 100))
+            rows += request_costs(emu, args.tasks, (1, 10, 100, 1000))
+            rows += end_to_end(emu, (1_000, 10_000) if not args.quick else (1_000,))
         finally:
             emu.stop()
             stamina.set_active(True)
