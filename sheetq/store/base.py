@@ -305,6 +305,13 @@ class Store(Protocol):
         (worksheet → column names; a new worksheet lists all). Never destroys data."""
         ...
 
+    def fit_grids(self, titles: Sequence[str]) -> list[str]:
+        """Trim the grids of ``titles`` to their columns: remove trailing columns beyond
+        the last header cell that hold no value in any row (Google counts every grid cell
+        against its per-spreadsheet limit). Returns one line per change; the local backend,
+        which has no grid, does nothing."""
+        ...
+
     def format_worksheets(self, queue: str, log: str, archive: str) -> list[str]:
         """Cosmetics for people (frozen header, status drop-down, colours, protection).
         Returns what was done, one line each; the local backend does nothing."""

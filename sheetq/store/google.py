@@ -1525,7 +1525,7 @@ class GoogleStore:
                 while sheet_id in used_ids:
                     sheet_id = self._rng.randrange(1, 2**31 - 1)
                 used_ids.add(sheet_id)
-                col_count = max(26, len(columns))
+                col_count = len(columns)  # not Google's default 26: cells count (issue 12)
                 requests.append(
                     {
                         "addSheet": {
@@ -1567,6 +1567,73 @@ class GoogleStore:
         if requests:
             self._call("init", lambda: self._http.batch_update(self.key, {"requests": requests}))
         return added
+
+    def fit_grids(self, titles: Sequence[str]) -> list[str]:
+        """Trim trailing empty columns beyond the last header cell of ``titles``.
+
+        Every cell of a grid counts against Google's limit of 10,000,000 cells per
+        spreadsheet (https://support.google.com/drive/answer/37603), and Google creates
+        worksheets 26 columns wide. One ``spreadsheets.get`` (grid sizes and header rows);
+        when a grid is wider than its header, one ``values:batchGet`` of the columns beyond
+        it (formulas included) and one ``batchUpdate`` deleting only columns that hold no
+        value in any row: a manager's columns with values are kept, even unnamed ones.
+        Returns one line per trimmed worksheet; run again, it changes nothing."""
+        meta = self._metadata(
+            {
+                "includeGridData": "true",
+                "fields": "sheets(properties(sheetId,title,gridProperties(columnCount)),"
+                "data(rowData(values(formattedValue))))",
+                "ranges": [f"{quote_title(t)}!1:1" for t in titles],
+            }
+        )
+        wide: list[tuple[str, int, int, int]] = []  # title, sheet id, header width, columns
+        for sheet in meta.get("sheets", []):
+            props = sheet.get("properties", {})
+            title = str(props.get("title", ""))
+            width = max(len(_grid_header(sheet)), 1)
+            count = int(props.get("gridProperties", {}).get("columnCount", 0))
+            if title in titles and count > width:
+                wide.append((title, int(props.get("sheetId", 0)), width, count))
+        if not wide:
+            return []
+        ranges = [
+            f"{quote_title(t)}!{column_letter(w)}:{column_letter(n - 1)}" for t, _i, w, n in wide
+        ]
+        answers = self._call(
+            "read",
+            lambda: self._http.values_batch_get(
+                self.key,
+                ranges,
+                params={"majorDimension": "COLUMNS", "valueRenderOption": "FORMULA"},
+            ),
+        ).get("valueRanges", [])
+        requests: list[dict[str, Any]] = []
+        lines: list[str] = []
+        for (title, sheet_id, width, count), answer in zip(wide, answers, strict=True):
+            used = answer.get("values", []) or []
+            while used and not any(str(v) != "" for v in used[-1]):
+                used.pop()
+            keep = width + len(used)  # columns up to the last one holding any value
+            if keep >= count:
+                continue
+            requests.append(
+                {
+                    "deleteDimension": {
+                        "range": {
+                            "sheetId": sheet_id,
+                            "dimension": "COLUMNS",
+                            "startIndex": keep,
+                            "endIndex": count,
+                        }
+                    }
+                }
+            )
+            lines.append(
+                f"{title}: grid trimmed to {keep} columns ({count - keep} empty column(s) removed)"
+            )
+        if requests:
+            self._call("init", lambda: self._http.batch_update(self.key, {"requests": requests}))
+        return lines
 
     def format_worksheets(self, queue: str, log: str, archive: str) -> list[str]:
         """Frozen headers, status drop-down, colours, warning-only protection, widths."""

@@ -324,6 +324,9 @@ class SqliteStore:
     def format_worksheets(self, queue: str, log: str, archive: str) -> list[str]:
         return []
 
+    def fit_grids(self, titles: Sequence[str]) -> list[str]:
+        return []  # no grid: a SQLite table has only the columns it holds
+
     # --- internals ----------------------------------------------------------
 
     def _sheets(self) -> dict[str, tuple[int, dict[str, int]]]:
