@@ -45,12 +45,15 @@ def column_letter(index: int) -> str:
 
 @dataclass(frozen=True)
 class SheetInfo:
-    """A worksheet: title, numeric id, and its header row as text (``""`` for blank cells)."""
+    """A worksheet: title, numeric id, and its header row as text (``""`` for blank cells);
+    ``row_count`` × ``column_count`` is its grid (cells Google counts; 0 on the local
+    backend, which has no grid)."""
 
     title: str
     sheet_id: int
     header: tuple[str, ...]
     row_count: int = 0
+    column_count: int = 0
 
     def columns(self, owned: Sequence[str] = ()) -> dict[str, int]:
         """Header name → 0-based column index. Blank headers are ignored.

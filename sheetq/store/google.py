@@ -602,6 +602,7 @@ class GoogleStore:
                 sheet_id,
                 tuple(header),
                 int(props.get("gridProperties", {}).get("rowCount", 0)),
+                int(props.get("gridProperties", {}).get("columnCount", 0)),
             )
         url = str(meta.get("spreadsheetUrl") or self._url)
         self._url = url.split("#")[0]

@@ -80,3 +80,62 @@ def test_init_trims_only_empty_trailing_columns_and_changes_nothing_twice(
     assert "grid trimmed" not in r2.stdout
     assert _columns(book, "Queue") == 21
     assert emu.count("spreadsheets.batchUpdate:deleteDimension") == 0
+
+
+# --- 3. status and the cell limit ----------------------------------------------------------
+
+
+def test_status_json_reports_cells_on_google_and_null_on_local(
+    book: Book, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`status --json` has "cells": used = Σ rowCount × columnCount on Google, null locally."""
+    _at(monkeypatch, T0)
+    assert run_cli(["enqueue", "job", '{"n": 1}']).code == 0
+    r = run_cli(["status", "--json"])
+    assert r.code == 0, r.stderr
+    cells = r.json()["cells"]
+    if not hasattr(book, "emulator"):
+        assert cells is None
+        return
+    assert isinstance(book, GoogleBook) or hasattr(book, "key")
+    props = [book.emulator.sheet_properties(book.key, t)["gridProperties"]
+             for t in ("Queue", "QueueLog", "QueueArchive")]
+    used = sum(p["rowCount"] * p["columnCount"] for p in props)
+    assert cells["used"] == used == 1000 * 17 * 2 + 1000 * 9
+    assert cells["limit"] == 10_000_000
+    assert cells["percent"] == round(100 * used / 10_000_000, 1)
+    assert cells["full_at"] is not None
+    assert "cells" not in r.stderr
+
+
+@pytest.mark.google
+def test_status_warns_at_80_percent_with_the_date_and_stays_at_two_requests(
+    sheets_emulator: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A grid grown to 8,200,000 cells makes `status` warn with the date it fills at the
+    rate of the last 7 days, in its 2 requests."""
+    book = make_google(sheets_emulator, monkeypatch)
+    assert run_cli(["init"]).code == 0
+    emu = sheets_emulator
+    _at(monkeypatch, T0)
+    for n in range(7):
+        assert run_cli(["enqueue", "job", json.dumps({"n": n})]).code == 0
+    # a big log: QueueLog grid of 900,000 rows × 9 columns = 8.1 M cells
+    log_id = emu.sheet_id(book.key, "QueueLog")
+    with emu._lock:
+        sheet = emu._book(book.key).sheet_by_id(log_id)
+        sheet.rows = 900_000
+    emu.reset_counts()
+    _at(monkeypatch, T0 + timedelta(days=1))
+    r = run_cli(["status", "--json"])
+    assert r.code == 0, r.stderr
+    assert emu.count() == 2
+    cells = r.json()["cells"]
+    assert cells["used"] == 900_000 * 9 + 2 * 1000 * 17
+    assert cells["percent"] >= 80
+    # 7 tasks a week × (17 + 3 × 9) cells each = 44 cells/day; 1,866,000 cells left
+    left = 10_000_000 - cells["used"]
+    expected = T0 + timedelta(days=1) + timedelta(seconds=left / (7 * 44 / (7 * 86400)))
+    got = datetime.fromisoformat(cells["full_at"].replace("Z", "+00:00"))
+    assert abs((got - expected).total_seconds()) < 2
+    assert "cells" in r.stderr and cells["full_at"][:10] in r.stderr
