@@ -27,7 +27,9 @@ from datetime import datetime, timedelta
 
 from sheetq.store.base import WorkbookInfo
 
-CELL_LIMIT = 10_000_000  # cells per Google spreadsheet (https://support.google.com/drive/answer/37603)
+CELL_LIMIT = (
+    10_000_000  # cells per Google spreadsheet (https://support.google.com/drive/answer/37603)
+)
 WARN_AT = 0.8  # `status` warns from this share of the limit
 RATE_WINDOW = timedelta(days=7)
 LOG_ROWS_PER_TASK = 3  # enqueued, claimed, done: a task that succeeds at its first attempt

@@ -256,6 +256,21 @@ class ApplyResult:
     repaired: list[str] = field(default_factory=list)
 
 
+@dataclass
+class BlockMoved:
+    """What ``move_block`` did: ``moved`` rows of the block arrived in the destination;
+    ``stray`` rows that were not in the block arrived too (rows moved under the write;
+    kept there, never lost, never doubled)."""
+
+    moved: int = 0
+    stray: int = 0
+
+
+def row_identity(row: Row, columns: Sequence[str]) -> tuple[str, ...]:
+    """A row's cells in ``columns`` as text: what tells two log rows apart."""
+    return tuple(row.text(name).strip() for name in columns)
+
+
 class Store(Protocol):
     """What sheetq needs from a spreadsheet backend."""
 
@@ -301,6 +316,16 @@ class Store(Protocol):
         transactions: one read, then one atomic ``batchUpdate`` per change set, so a failure
         between two leaves the earlier ones applied and the later ones not.
         """
+        ...
+
+    def move_block(self, worksheet: str, to: str, rows: Sequence[Row], to_end: int) -> BlockMoved:
+        """Move consecutive rows, as read (``rows``, whole, numbers ``lo``..``hi``), from
+        ``worksheet`` to after row ``to_end`` of ``to``, every named column by header name:
+        one atomic write. For rows without a unique key (QueueLog): Google copies and
+        deletes *by position* in one ``batchUpdate`` (what it removes is always kept), then
+        reads back what arrived and compares each row whole with ``rows``; the local
+        backend moves, in one transaction, only the rows still equal to ``rows``. A lost
+        reply is checked by that read-back before a resend, so nothing is doubled."""
         ...
 
     def ensure_worksheets(self, spec: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -41,6 +42,7 @@ from sheetq.errors import (
 )
 from sheetq.store.base import (
     ApplyResult,
+    BlockMoved,
     CellValue,
     ChangeSet,
     DeleteRow,
@@ -54,6 +56,7 @@ from sheetq.store.base import (
     WorkbookInfo,
     cell_text,
     column_letter,
+    row_identity,
 )
 from sheetq.store.google_auth import GOOGLE_API, credentials_for, session_for, spreadsheet_key
 
@@ -1568,6 +1571,71 @@ class GoogleStore:
         if requests:
             self._call("init", lambda: self._http.batch_update(self.key, {"requests": requests}))
         return added
+
+    def move_block(self, worksheet: str, to: str, rows: Sequence[Row], to_end: int) -> BlockMoved:
+        """One atomic ``batchUpdate``: insert rows after ``to_end`` in ``to``, ``copyPaste``
+        the source rows ``lo``..``hi`` into them (column runs by header name), delete those
+        source rows; then one read of what arrived, compared row by row with ``rows``
+        (see ``Store.move_block``). A row not in the block that a person's edit put at those
+        positions is kept in ``to`` and counted as ``stray``."""
+        if not rows:
+            return BlockMoved()
+        lo, hi = rows[0].number, rows[-1].number
+        if [r.number for r in rows] != list(range(lo, hi + 1)):
+            raise ValueError("move_block: rows must be consecutive")
+        source, dest = self._sheet(worksheet), self._sheet(to)
+        names = [n for n in source.columns if n in dest.columns]
+        count = hi - lo + 1
+        requests: list[dict[str, Any]] = [
+            {
+                "insertDimension": {
+                    "range": {
+                        "sheetId": dest.sheet_id,
+                        "dimension": "ROWS",
+                        "startIndex": to_end,
+                        "endIndex": to_end + count,
+                    },
+                    "inheritFromBefore": False,
+                }
+            }
+        ]
+        for src_col, dst_col, width in _column_spans(source.columns, dest.columns):
+            requests.append(
+                {
+                    "copyPaste": {
+                        "source": _grid(source.sheet_id, lo - 1, hi, src_col, width),
+                        "destination": _grid(dest.sheet_id, to_end, to_end + count, dst_col, width),
+                        "pasteType": "PASTE_VALUES",
+                        "pasteOrientation": "NORMAL",
+                    }
+                }
+            )
+        requests.append(_delete_rows(source.sheet_id, lo, hi))
+        arrived = Read(to, None, rows=tuple(range(to_end + 1, to_end + count + 1)))
+        wanted = [row_identity(r, names) for r in rows]
+
+        def landed() -> list[Row]:
+            (snap,) = self.read([arrived])
+            return snap.rows
+
+        def applied() -> bool:
+            return Counter(row_identity(r, names) for r in landed()) == Counter(wanted)
+
+        self._call(
+            "write",
+            lambda: self._http.batch_update(self.key, {"requests": requests}),
+            applied=applied,
+        )
+        outcome = BlockMoved()
+        left = Counter(wanted)
+        for row in landed():
+            key = row_identity(row, names)
+            if left[key] > 0:
+                left[key] -= 1
+                outcome.moved += 1
+            elif any(key):
+                outcome.stray += 1
+        return outcome
 
     def fit_grids(self, titles: Sequence[str]) -> list[str]:
         """Trim trailing empty columns beyond the last header cell of ``titles``.

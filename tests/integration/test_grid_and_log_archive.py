@@ -98,8 +98,10 @@ def test_status_json_reports_cells_on_google_and_null_on_local(
         assert cells is None
         return
     assert isinstance(book, GoogleBook) or hasattr(book, "key")
-    props = [book.emulator.sheet_properties(book.key, t)["gridProperties"]
-             for t in ("Queue", "QueueLog", "QueueArchive")]
+    props = [
+        book.emulator.sheet_properties(book.key, t)["gridProperties"]
+        for t in ("Queue", "QueueLog", "QueueArchive")
+    ]
     used = sum(p["rowCount"] * p["columnCount"] for p in props)
     assert cells["used"] == used == 1000 * 17 * 2 + 1000 * 9
     assert cells["limit"] == 10_000_000
@@ -139,3 +141,112 @@ def test_status_warns_at_80_percent_with_the_date_and_stays_at_two_requests(
     got = datetime.fromisoformat(cells["full_at"].replace("Z", "+00:00"))
     assert abs((got - expected).total_seconds()) < 2
     assert "cells" in r.stderr and cells["full_at"][:10] in r.stderr
+
+
+# --- 2. archive --log-older-than --------------------------------------------------------
+
+
+def _old_and_new_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four tasks enqueued and skipped at T0 (8 log rows), two enqueued 40 days later."""
+    _at(monkeypatch, T0)
+    for n in range(4):
+        r = run_cli(["enqueue", "job", json.dumps({"n": n, "name": "Юлія"}), "--json"])
+        assert r.code == 0, r.stderr
+        assert run_cli(["skip", "--task", r.json()["task_id"]]).code == 0
+    _at(monkeypatch, T0 + timedelta(days=40))
+    for n in range(2):
+        assert run_cli(["enqueue", "job", json.dumps({"n": 10 + n})]).code == 0
+
+
+def test_log_older_than_moves_old_log_rows_whole_and_once(
+    book: Book, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Old QueueLog rows move to QueueLogArchive whole, in order; newer ones stay; Queue
+    rows are not archived without --older-than; a second run moves nothing."""
+    _old_and_new_log(monkeypatch)
+    before = book.records("QueueLog")
+    assert len(before) == 10
+    dry = run_cli(["archive", "--log-older-than", "30d", "--dry-run", "--json"])
+    assert dry.code == 0, dry.stderr
+    assert dry.json()["log_archived"] == 8 and len(book.records("QueueLog")) == 10
+    r = run_cli(["archive", "--log-older-than", "30d", "--json"])
+    assert r.code == 0, r.stderr
+    doc = r.json()
+    assert doc["log_archived"] == 8 and doc["log_writes"] == 1 and doc["archived"] == 0
+    strip = [{k: v for k, v in rec.items() if k != "_row"} for rec in before]
+    moved = [
+        {k: v for k, v in rec.items() if k != "_row"} for rec in book.records("QueueLogArchive")
+    ]
+    kept = [{k: v for k, v in rec.items() if k != "_row"} for rec in book.records("QueueLog")]
+    assert moved == strip[:8] and kept == strip[8:]
+    assert len(book.records("Queue")) == 6
+    again = run_cli(["archive", "--log-older-than", "30d", "--json"])
+    assert again.code == 0 and again.json()["log_archived"] == 0
+    assert len(book.records("QueueLogArchive")) == 8
+
+
+def test_log_archive_in_several_writes_and_a_failure_between_them_is_finished_by_a_rerun(
+    book: Book, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Small writes: the block goes in several atomic writes; a failure after the first
+    leaves the rest in QueueLog, and running again moves them without doubling a row."""
+    _old_and_new_log(monkeypatch)
+    monkeypatch.setattr("sheetq.log_archive.MAX_WRITE_BYTES", 1200)
+    import sheetq.store.google as google_store
+    import sheetq.store.sqlite as sqlite_store
+
+    calls = {"n": 0}
+    for module, cls in ((google_store, "GoogleStore"), (sqlite_store, "SqliteStore")):
+        klass = getattr(module, cls, None)
+        if klass is None:
+            continue
+        real = klass.move_block
+
+        def failing(self: Any, *a: Any, _real: Any = real, **k: Any) -> Any:
+            calls["n"] += 1
+            if calls["n"] == 2:
+                from sheetq.errors import StoreError
+
+                raise StoreError("simulated outage")
+            return _real(self, *a, **k)
+
+        monkeypatch.setattr(klass, "move_block", failing)
+    r = run_cli(["archive", "--log-older-than", "30d", "--json"])
+    assert r.code == 1, r.stdout
+    assert "run the command again" in r.stderr
+    first = len(book.records("QueueLogArchive"))
+    assert 0 < first < 8 and len(book.records("QueueLog")) == 10 - first
+    r = run_cli(["archive", "--log-older-than", "30d", "--json"])
+    assert r.code == 0, r.stderr
+    assert r.json()["log_writes"] >= 2
+    assert len(book.records("QueueLogArchive")) == 8
+    assert len(book.records("QueueLog")) == 2
+
+
+def test_log_archive_refuses_a_log_out_of_time_order(
+    book: Book, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An old row below a newer one: exit 2, the row named, nothing moved."""
+    _old_and_new_log(monkeypatch)
+    book.set_cell("QueueLog", 2, "ts", "2026-03-01T00:00:00Z")
+    r = run_cli(["archive", "--log-older-than", "30d"])
+    assert r.code == 2
+    assert "not in time order" in r.stderr and "row 3" in r.stderr
+    assert len(book.records("QueueLog")) == 10
+    assert book.records("QueueLogArchive") == []
+
+
+@pytest.mark.google
+def test_log_archive_request_count_on_google(
+    sheets_emulator: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One block: open, the QueueLogArchive header, a read, the write and its read-back."""
+    book = make_google(sheets_emulator, monkeypatch)
+    assert run_cli(["init"]).code == 0
+    _old_and_new_log(monkeypatch)
+    sheets_emulator.reset_counts()
+    r = run_cli(["archive", "--log-older-than", "30d", "--json"])
+    assert r.code == 0, r.stderr
+    assert r.json()["log_archived"] == 8
+    assert sheets_emulator.count() <= 6
+    assert len(book.records("QueueLogArchive")) == 8
