@@ -87,14 +87,14 @@ def status(
         now,
     )
     if cells is not None and cells.warn:
-        when = (
+        full_when = (
             f"at the rate of the last 7 days it is full around {format_ts(cells.full_at)}"
             if cells.full_at is not None
             else "no tasks were enqueued in the last 7 days"
         )
         warn(
             f"the spreadsheet uses {cells.used:,} of Google's {cells.limit:,} cells "
-            f"({cells.percent}%); {when}. Run `sheetq archive` (and `--log-older-than`), "
+            f"({cells.percent}%); {full_when}. Run `sheetq archive` (and `--log-older-than`), "
             "then move QueueArchive/QueueLogArchive to another spreadsheet"
         )
     if as_json:

@@ -1529,7 +1529,7 @@ class GoogleStore:
                 while sheet_id in used_ids:
                     sheet_id = self._rng.randrange(1, 2**31 - 1)
                 used_ids.add(sheet_id)
-                col_count = len(columns)  # not Google's default 26: cells count (issue 12)
+                col_count = max(26, len(columns))  # `init` trims the queue's grids after
                 requests.append(
                     {
                         "addSheet": {

@@ -31,7 +31,7 @@ def _columns(book: GoogleBook, title: str) -> int:
 def test_init_creates_grids_exactly_as_wide_as_their_columns(
     sheets_emulator: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """New worksheets get exactly the columns sheetq needs, not Google's default 26."""
+    """New worksheets end with exactly the columns sheetq needs, not Google's default 26."""
     book = make_google(sheets_emulator, monkeypatch)
     assert run_cli(["init"]).code == 0
     assert _columns(book, "Queue") == 17
@@ -126,6 +126,8 @@ def test_status_warns_at_80_percent_with_the_date_and_stays_at_two_requests(
     log_id = emu.sheet_id(book.key, "QueueLog")
     with emu._lock:
         sheet = emu._book(book.key).sheet_by_id(log_id)
+        sheet.grid += [None] * (900_000 - sheet.rows)
+        sheet.row_meta += [None] * (900_000 - sheet.rows)
         sheet.rows = 900_000
     emu.reset_counts()
     _at(monkeypatch, T0 + timedelta(days=1))
@@ -144,6 +146,10 @@ def test_status_warns_at_80_percent_with_the_date_and_stays_at_two_requests(
 
 
 # --- 2. archive --log-older-than --------------------------------------------------------
+
+
+def _cells(record: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in record.items() if k != "_row"}
 
 
 def _old_and_new_log(monkeypatch: pytest.MonkeyPatch) -> None:
