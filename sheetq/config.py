@@ -55,7 +55,15 @@ _TYPE_KEYS = _DEFAULT_KEYS | {
     "env",
     "cwd",
 }
-_QUEUE_KEYS = {"spreadsheet", "queue_sheet", "log_sheet", "archive_sheet", "lock_dir", "batch_size"}
+_QUEUE_KEYS = {
+    "spreadsheet",
+    "queue_sheet",
+    "log_sheet",
+    "archive_sheet",
+    "log_archive_sheet",
+    "lock_dir",
+    "batch_size",
+}
 _TELEGRAM_KEYS = {"chat_id", "thread_id", "template", "api_url"}
 _TOP_KEYS = {"queue", "defaults", "types", "telegram"}
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -133,6 +141,7 @@ class Settings:
     queue_sheet: str = "Queue"
     log_sheet: str = "QueueLog"
     archive_sheet: str = "QueueArchive"
+    log_archive_sheet: str = "QueueLogArchive"  # `archive --log-older-than` moves log rows here
     lock_dir: Path = Path.home() / ".cache" / "sheetq"
     batch_size: int = 10
     defaults: TypeConfig = field(
@@ -429,9 +438,12 @@ def load_settings(
         pick("SHEETQ_QUEUE_SHEET", "queue_sheet", "Queue"),
         pick("SHEETQ_LOG_SHEET", "log_sheet", "QueueLog"),
         pick("SHEETQ_ARCHIVE_SHEET", "archive_sheet", "QueueArchive"),
+        pick("SHEETQ_LOG_ARCHIVE_SHEET", "log_archive_sheet", "QueueLogArchive"),
     )
-    if len(set(names)) != 3:
-        raise ConfigError(f"the queue, log and archive worksheets must differ, got {names}")
+    if len(set(names)) != 4:
+        raise ConfigError(
+            f"the queue, log, archive and log archive worksheets must differ, got {names}"
+        )
     batch_size = queue.get("batch_size", 10)
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise ConfigError(f"[queue].batch_size: expected a whole number ≥ 1, got {batch_size!r}")
@@ -454,6 +466,7 @@ def load_settings(
         queue_sheet=names[0],
         log_sheet=names[1],
         archive_sheet=names[2],
+        log_archive_sheet=names[3],
         lock_dir=Path(lock_dir).expanduser(),
         batch_size=batch_size,
         defaults=defaults,

@@ -222,6 +222,11 @@ class GoogleBook(Book):
         from sheetq.store.base import column_letter
 
         width = len(self.grid(sheet)[0])
+        with self.emulator._lock:  # a person's "insert 1 column right" widens the grid
+            grid = self.emulator._sheet(self.key, sheet)
+            if grid.cols <= width:
+                grid.col_meta += [None] * (width + 1 - grid.cols)
+                grid.cols = width + 1
         self.emulator.set_values(self.key, sheet, [[name]], f"{column_letter(width)}1")
         self.emulator.move_column(self.key, sheet, width, at)
 

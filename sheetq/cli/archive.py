@@ -17,8 +17,19 @@ LOCK_WAIT = 30.0  # seconds to wait for a `process` run on this host to finish
 
 def archive(
     older_than: Annotated[
-        str, typer.Option("--older-than", help="Finished before this long ago (e.g. 30d).")
-    ] = "30d",
+        str | None,
+        typer.Option(
+            "--older-than",
+            help="Finished before this long ago (e.g. 30d; the default without --log-older-than).",
+        ),
+    ] = None,
+    log_older_than: Annotated[
+        str | None,
+        typer.Option(
+            "--log-older-than",
+            help="Also (or only) move QueueLog rows older than this to QueueLogArchive.",
+        ),
+    ] = None,
     include_failed: Annotated[
         bool, typer.Option("--include-failed", help="Also move failed rows.")
     ] = False,
@@ -37,6 +48,8 @@ def archive(
       sheetq archive --older-than 30d
 
       sheetq archive --older-than 7d --include-failed --dry-run
+
+      sheetq archive --log-older-than 90d
     """
     from sheetq.archive import TASK_IDS_SHOWN, run_archive
     from sheetq.cli.app import state
@@ -46,27 +59,54 @@ def archive(
     from sheetq.schema import check_schema
     from sheetq.times import format_ts, parse_duration
 
+    if older_than is None and log_older_than is None:
+        older_than = "30d"  # `sheetq archive` alone keeps its documented meaning
     try:
-        seconds = parse_duration(older_than, what="--older-than", require_unit=True)
+        seconds = (
+            None
+            if older_than is None
+            else parse_duration(older_than, what="--older-than", require_unit=True)
+        )
+        log_seconds = (
+            None
+            if log_older_than is None
+            else parse_duration(log_older_than, what="--log-older-than", require_unit=True)
+        )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    from sheetq.archive import ArchiveReport as _Report
+    from sheetq.log_archive import LogArchiveReport, run_log_archive
+
     settings = state.settings()
     store = state.store()
 
+    now = state.clock().now()
+    logs: list[LogArchiveReport] = []
+
     def run() -> ArchiveReport:
         info = store.open()  # after the host lock: the lease seen is the current one
-        check_schema(info, settings, archive=True)
-        return run_archive(
-            store,
-            info,
-            settings,
-            now=state.clock().now(),
-            older_than=seconds,
-            include_failed=include_failed,
-            dry_run=dry_run,
-            run_id=new_run_id("archive"),
-            lease_name=lease_name(settings.queue_sheet),
-        )
+        check_schema(info, settings, archive=seconds is not None)
+        if seconds is None:
+            report = _Report(dry_run, now)
+        else:
+            report = run_archive(
+                store,
+                info,
+                settings,
+                now=now,
+                older_than=seconds,
+                include_failed=include_failed,
+                dry_run=dry_run,
+                run_id=new_run_id("archive"),
+                lease_name=lease_name(settings.queue_sheet),
+            )
+        if log_seconds is not None and not report.locked:
+            logs.append(
+                run_log_archive(
+                    store, info, settings, now=now, older_than=log_seconds, dry_run=dry_run
+                )
+            )
+        return report
 
     if dry_run:
         report = run()
@@ -107,11 +147,29 @@ def archive(
             "put_back": report.put_back,
             "locked": bool(report.locked),
         }
+        if logs:
+            doc["log_archived"] = logs[0].archived
+            doc["log_writes"] = logs[0].writes
+            doc["log_cutoff"] = format_ts(logs[0].cutoff)
+            doc["log_stray"] = logs[0].stray
         emit_json(doc)
     else:
         counts = ", ".join(f"{s}: {n}" for s, n in by_status.items())
         verb = "would archive" if dry_run else "archived"
-        echo(f"{verb} {report.archived} rows ({counts})")
+        if seconds is not None:
+            echo(f"{verb} {report.archived} rows ({counts})")
+        if logs:
+            verb = "would move" if dry_run else "moved"
+            echo(
+                f"{verb} {logs[0].archived} {settings.log_sheet} row(s) to "
+                f"{settings.log_archive_sheet}"
+            )
+    if logs and logs[0].stray:
+        warn(
+            f"{logs[0].stray} newer {settings.log_sheet} row(s) were carried to "
+            f"{settings.log_archive_sheet} too (rows moved while archive wrote); they are kept "
+            "there"
+        )
     _warnings(report, settings.archive_sheet, settings.queue_sheet)
 
 

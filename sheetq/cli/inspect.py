@@ -26,12 +26,13 @@ def status(
 
       sheetq status --json | jq .counts.failed
     """
+    from sheetq.cells import cell_usage
     from sheetq.cli.app import state
     from sheetq.model import Status
     from sheetq.queue import STATUS_COLUMNS, parse_rows
     from sheetq.schema import check_schema
     from sheetq.store.base import Read
-    from sheetq.times import Unparseable, format_duration, zone
+    from sheetq.times import Unparseable, format_duration, format_ts, zone
 
     settings = state.settings()
     store = state.store()
@@ -77,6 +78,25 @@ def status(
         )
     gone = _gone_runs(settings, info, rows, now) if counts.get("processing") else []
     tz = zone(info.time_zone)
+    cells = cell_usage(
+        info,
+        (settings.queue_sheet, settings.log_sheet, settings.archive_sheet),
+        settings.queue_sheet,
+        settings.log_sheet,
+        (r.created for r in rows),
+        now,
+    )
+    if cells is not None and cells.warn:
+        full_when = (
+            f"at the rate of the last 7 days it is full around {format_ts(cells.full_at)}"
+            if cells.full_at is not None
+            else "no tasks were enqueued in the last 7 days"
+        )
+        warn(
+            f"the spreadsheet uses {cells.used:,} of Google's {cells.limit:,} cells "
+            f"({cells.percent}%); {full_when}. Run `sheetq archive` (and `--log-older-than`), "
+            "then move QueueArchive/QueueLogArchive to another spreadsheet"
+        )
     if as_json:
         emit_json(
             {
@@ -94,6 +114,14 @@ def status(
                 "total": len(rows),
                 "unparseable_next_retry_at": [u.split(" ", 1)[0] for u in unparseable],
                 "held_by_gone_runs": [g.as_json(tz) for g in gone],
+                "cells": None
+                if cells is None
+                else {
+                    "used": cells.used,
+                    "limit": cells.limit,
+                    "percent": cells.percent,
+                    "full_at": None if cells.full_at is None else format_ts(cells.full_at),
+                },
             }
         )
         return

@@ -54,6 +54,7 @@ def init(
             settings.queue_sheet: QUEUE_COLUMNS,
             settings.log_sheet: LOG_COLUMNS,
             settings.archive_sheet: QUEUE_COLUMNS,
+            settings.log_archive_sheet: LOG_COLUMNS,
         }
     )
     info = store.open()
@@ -61,6 +62,15 @@ def init(
         info.sheet(title).columns(QUEUE_COLUMNS if title != settings.log_sheet else LOG_COLUMNS)
     for title, columns in added.items():
         echo(f"{title}: added column(s) {', '.join(columns)}")
+    for line in store.fit_grids(
+        [
+            settings.queue_sheet,
+            settings.log_sheet,
+            settings.archive_sheet,
+            settings.log_archive_sheet,
+        ]
+    ):
+        echo(line)
     report = adopt_rows(store, info, settings, now=state.clock().now())
     for line in report:
         echo(line)

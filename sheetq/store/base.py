@@ -45,12 +45,15 @@ def column_letter(index: int) -> str:
 
 @dataclass(frozen=True)
 class SheetInfo:
-    """A worksheet: title, numeric id, and its header row as text (``""`` for blank cells)."""
+    """A worksheet: title, numeric id, and its header row as text (``""`` for blank cells);
+    ``row_count`` × ``column_count`` is its grid (cells Google counts; 0 on the local
+    backend, which has no grid)."""
 
     title: str
     sheet_id: int
     header: tuple[str, ...]
     row_count: int = 0
+    column_count: int = 0
 
     def columns(self, owned: Sequence[str] = ()) -> dict[str, int]:
         """Header name → 0-based column index. Blank headers are ignored.
@@ -253,6 +256,21 @@ class ApplyResult:
     repaired: list[str] = field(default_factory=list)
 
 
+@dataclass
+class BlockMoved:
+    """What ``move_block`` did: ``moved`` rows of the block arrived in the destination;
+    ``stray`` rows that were not in the block arrived too (rows moved under the write;
+    kept there, never lost, never doubled)."""
+
+    moved: int = 0
+    stray: int = 0
+
+
+def row_identity(row: Row, columns: Sequence[str]) -> tuple[str, ...]:
+    """A row's cells in ``columns`` as text: what tells two log rows apart."""
+    return tuple(row.text(name).strip() for name in columns)
+
+
 class Store(Protocol):
     """What sheetq needs from a spreadsheet backend."""
 
@@ -300,9 +318,26 @@ class Store(Protocol):
         """
         ...
 
+    def move_block(self, worksheet: str, to: str, rows: Sequence[Row], to_end: int) -> BlockMoved:
+        """Move consecutive rows, as read (``rows``, whole, numbers ``lo``..``hi``), from
+        ``worksheet`` to after row ``to_end`` of ``to``, every named column by header name:
+        one atomic write. For rows without a unique key (QueueLog): Google copies and
+        deletes *by position* in one ``batchUpdate`` (what it removes is always kept), then
+        reads back what arrived and compares each row whole with ``rows``; the local
+        backend moves, in one transaction, only the rows still equal to ``rows``. A lost
+        reply is checked by that read-back before a resend, so nothing is doubled."""
+        ...
+
     def ensure_worksheets(self, spec: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
         """Create missing worksheets and append missing header cells; returns what was added
         (worksheet → column names; a new worksheet lists all). Never destroys data."""
+        ...
+
+    def fit_grids(self, titles: Sequence[str]) -> list[str]:
+        """Trim the grids of ``titles`` to their columns: remove trailing columns beyond
+        the last header cell that hold no value in any row (Google counts every grid cell
+        against its per-spreadsheet limit). Returns one line per change; the local backend,
+        which has no grid, does nothing."""
         ...
 
     def format_worksheets(self, queue: str, log: str, archive: str) -> list[str]:

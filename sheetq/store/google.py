@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -41,6 +42,7 @@ from sheetq.errors import (
 )
 from sheetq.store.base import (
     ApplyResult,
+    BlockMoved,
     CellValue,
     ChangeSet,
     DeleteRow,
@@ -54,6 +56,7 @@ from sheetq.store.base import (
     WorkbookInfo,
     cell_text,
     column_letter,
+    row_identity,
 )
 from sheetq.store.google_auth import GOOGLE_API, credentials_for, session_for, spreadsheet_key
 
@@ -602,6 +605,7 @@ class GoogleStore:
                 sheet_id,
                 tuple(header),
                 int(props.get("gridProperties", {}).get("rowCount", 0)),
+                int(props.get("gridProperties", {}).get("columnCount", 0)),
             )
         url = str(meta.get("spreadsheetUrl") or self._url)
         self._url = url.split("#")[0]
@@ -1525,7 +1529,7 @@ class GoogleStore:
                 while sheet_id in used_ids:
                     sheet_id = self._rng.randrange(1, 2**31 - 1)
                 used_ids.add(sheet_id)
-                col_count = max(26, len(columns))
+                col_count = max(26, len(columns))  # `init` trims the queue's grids after
                 requests.append(
                     {
                         "addSheet": {
@@ -1567,6 +1571,138 @@ class GoogleStore:
         if requests:
             self._call("init", lambda: self._http.batch_update(self.key, {"requests": requests}))
         return added
+
+    def move_block(self, worksheet: str, to: str, rows: Sequence[Row], to_end: int) -> BlockMoved:
+        """One atomic ``batchUpdate``: insert rows after ``to_end`` in ``to``, ``copyPaste``
+        the source rows ``lo``..``hi`` into them (column runs by header name), delete those
+        source rows; then one read of what arrived, compared row by row with ``rows``
+        (see ``Store.move_block``). A row not in the block that a person's edit put at those
+        positions is kept in ``to`` and counted as ``stray``."""
+        if not rows:
+            return BlockMoved()
+        lo, hi = rows[0].number, rows[-1].number
+        if [r.number for r in rows] != list(range(lo, hi + 1)):
+            raise ValueError("move_block: rows must be consecutive")
+        source, dest = self._sheet(worksheet), self._sheet(to)
+        names = [n for n in source.columns if n in dest.columns]
+        count = hi - lo + 1
+        requests: list[dict[str, Any]] = [
+            {
+                "insertDimension": {
+                    "range": {
+                        "sheetId": dest.sheet_id,
+                        "dimension": "ROWS",
+                        "startIndex": to_end,
+                        "endIndex": to_end + count,
+                    },
+                    "inheritFromBefore": False,
+                }
+            }
+        ]
+        for src_col, dst_col, width in _column_spans(source.columns, dest.columns):
+            requests.append(
+                {
+                    "copyPaste": {
+                        "source": _grid(source.sheet_id, lo - 1, hi, src_col, width),
+                        "destination": _grid(dest.sheet_id, to_end, to_end + count, dst_col, width),
+                        "pasteType": "PASTE_VALUES",
+                        "pasteOrientation": "NORMAL",
+                    }
+                }
+            )
+        requests.append(_delete_rows(source.sheet_id, lo, hi))
+        arrived = Read(to, None, rows=tuple(range(to_end + 1, to_end + count + 1)))
+        wanted = [row_identity(r, names) for r in rows]
+
+        def landed() -> list[Row]:
+            (snap,) = self.read([arrived])
+            return snap.rows
+
+        def applied() -> bool:
+            return Counter(row_identity(r, names) for r in landed()) == Counter(wanted)
+
+        self._call(
+            "write",
+            lambda: self._http.batch_update(self.key, {"requests": requests}),
+            applied=applied,
+        )
+        outcome = BlockMoved()
+        left = Counter(wanted)
+        for row in landed():
+            key = row_identity(row, names)
+            if left[key] > 0:
+                left[key] -= 1
+                outcome.moved += 1
+            elif any(key):
+                outcome.stray += 1
+        return outcome
+
+    def fit_grids(self, titles: Sequence[str]) -> list[str]:
+        """Trim trailing empty columns beyond the last header cell of ``titles``.
+
+        Every cell of a grid counts against Google's limit of 10,000,000 cells per
+        spreadsheet (https://support.google.com/drive/answer/37603), and Google creates
+        worksheets 26 columns wide. One ``spreadsheets.get`` (grid sizes and header rows);
+        when a grid is wider than its header, one ``values:batchGet`` of the columns beyond
+        it (formulas included) and one ``batchUpdate`` deleting only columns that hold no
+        value in any row: a manager's columns with values are kept, even unnamed ones.
+        Returns one line per trimmed worksheet; run again, it changes nothing."""
+        meta = self._metadata(
+            {
+                "includeGridData": "true",
+                "fields": "sheets(properties(sheetId,title,gridProperties(columnCount)),"
+                "data(rowData(values(formattedValue))))",
+                "ranges": [f"{quote_title(t)}!1:1" for t in titles],
+            }
+        )
+        wide: list[tuple[str, int, int, int]] = []  # title, sheet id, header width, columns
+        for sheet in meta.get("sheets", []):
+            props = sheet.get("properties", {})
+            title = str(props.get("title", ""))
+            width = max(len(_grid_header(sheet)), 1)
+            count = int(props.get("gridProperties", {}).get("columnCount", 0))
+            if title in titles and count > width:
+                wide.append((title, int(props.get("sheetId", 0)), width, count))
+        if not wide:
+            return []
+        ranges = [
+            f"{quote_title(t)}!{column_letter(w)}:{column_letter(n - 1)}" for t, _i, w, n in wide
+        ]
+        answers = self._call(
+            "read",
+            lambda: self._http.values_batch_get(
+                self.key,
+                ranges,
+                params={"majorDimension": "COLUMNS", "valueRenderOption": "FORMULA"},
+            ),
+        ).get("valueRanges", [])
+        requests: list[dict[str, Any]] = []
+        lines: list[str] = []
+        for (title, sheet_id, width, count), answer in zip(wide, answers, strict=True):
+            used = answer.get("values", []) or []
+            while used and not any(str(v) != "" for v in used[-1]):
+                used.pop()
+            keep = width + len(used)  # columns up to the last one holding any value
+            if keep >= count:
+                continue
+            requests.append(
+                {
+                    "deleteDimension": {
+                        "range": {
+                            "sheetId": sheet_id,
+                            "dimension": "COLUMNS",
+                            "startIndex": keep,
+                            "endIndex": count,
+                        }
+                    }
+                }
+            )
+            lines.append(
+                f"{title}: grid trimmed to {keep} columns ({count - keep} empty column(s) removed)"
+            )
+        if requests:
+            self._call("init", lambda: self._http.batch_update(self.key, {"requests": requests}))
+        return lines
 
     def format_worksheets(self, queue: str, log: str, archive: str) -> list[str]:
         """Frozen headers, status drop-down, colours, warning-only protection, widths."""

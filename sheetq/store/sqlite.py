@@ -21,14 +21,19 @@ from typing import Any, TypeVar
 
 from sheetq.errors import LeaseConflict, SchemaError, StoreError
 from sheetq.store.base import (
+    AppendRow,
     ApplyResult,
+    BlockMoved,
     CellValue,
     ChangeSet,
+    DeleteRow,
     Read,
     Row,
     SheetInfo,
     Snapshot,
     WorkbookInfo,
+    cell_text,
+    row_identity,
 )
 
 _SCHEMA = """
@@ -323,6 +328,29 @@ class SqliteStore:
 
     def format_worksheets(self, queue: str, log: str, archive: str) -> list[str]:
         return []
+
+    def move_block(self, worksheet: str, to: str, rows: Sequence[Row], to_end: int) -> BlockMoved:
+        """In one transaction: the rows still holding what was read are appended to ``to``
+        and deleted from ``worksheet`` (``to_end`` is not needed: appends go to the end)."""
+        names = [n for n in (rows[0].values if rows else {})]
+        expected = {r.number: row_identity(r, names) for r in rows}
+        outcome = BlockMoved()
+
+        def plan(snaps: list[Snapshot]) -> list[ChangeSet]:
+            changes = ChangeSet()
+            for row in snaps[0].rows:
+                if expected.get(row.number) == row_identity(row, names):
+                    values = {k: v for k, v in row.values.items() if cell_text(v) != ""}
+                    changes.appends.append(AppendRow(to, values))
+                    changes.deletes.append(DeleteRow(worksheet, None, row.number))
+            outcome.moved = len(changes.deletes)
+            return [changes]
+
+        self.read_then_apply([Read(worksheet)], plan)
+        return outcome
+
+    def fit_grids(self, titles: Sequence[str]) -> list[str]:
+        return []  # no grid: a SQLite table has only the columns it holds
 
     # --- internals ----------------------------------------------------------
 

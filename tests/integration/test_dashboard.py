@@ -175,7 +175,7 @@ def test_local_backend_builds_nothing(tmp_path: Path, monkeypatch: pytest.Monkey
     from sheetq.store.sqlite import SqliteStore
 
     store = SqliteStore(book.path)
-    assert set(store.open().sheets) == {"Queue", "QueueLog", "QueueArchive"}
+    assert set(store.open().sheets) == {"Queue", "QueueLog", "QueueArchive", "QueueLogArchive"}
     store.close()
 
 

@@ -1,0 +1,80 @@
+"""How full the spreadsheet is: Google's cell limit, for ``sheetq status`` (issue 12).
+
+A Google spreadsheet holds at most 10,000,000 cells, counted over every worksheet's grid
+(rows × columns, empty cells included): "Spreadsheets: Up to 10 million cells or 18,278
+columns" (Google Drive Help, "Files you can store in Google Drive",
+https://support.google.com/drive/answer/37603). Past it, Google refuses the writes that
+would grow a grid, so appends (new tasks, log rows) fail.
+
+What is counted, at no extra request: the grids of the worksheets ``status`` already opens
+(Queue, QueueLog, QueueArchive — their ``rowCount`` × ``columnCount`` from the metadata of
+``open()``). Other worksheets (QueueLogArchive, the Dashboard, a manager's own) are not in
+that answer and are not counted, so the figure is a floor.
+
+The rate: tasks whose ``created_at`` is within the last ``RATE_WINDOW`` (7 days), from the
+Queue read ``status`` makes anyway (tasks archived within the window are missed: archive
+moves rows older than its cutoff, 30 days by default), times the cells one task adds: its
+Queue row plus ``LOG_ROWS_PER_TASK`` (3: enqueued, claimed, done) QueueLog rows, at the
+widths of those grids. ``full_at`` is when the used cells reach the limit at that rate;
+``None`` without tasks in the window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sheetq.store.base import WorkbookInfo
+
+CELL_LIMIT = (
+    10_000_000  # cells per Google spreadsheet (https://support.google.com/drive/answer/37603)
+)
+WARN_AT = 0.8  # `status` warns from this share of the limit
+RATE_WINDOW = timedelta(days=7)
+LOG_ROWS_PER_TASK = 3  # enqueued, claimed, done: a task that succeeds at its first attempt
+
+
+@dataclass(frozen=True)
+class CellUsage:
+    """Cells used (a floor, see the module doc), the limit, the share used, and when the
+    limit is reached at the current rate (``None``: no tasks in the window)."""
+
+    used: int
+    limit: int
+    full_at: datetime | None
+
+    @property
+    def percent(self) -> float:
+        return round(100.0 * self.used / self.limit, 1)
+
+    @property
+    def warn(self) -> bool:
+        return self.used >= WARN_AT * self.limit
+
+
+def cell_usage(
+    info: WorkbookInfo,
+    titles: Sequence[str],
+    queue: str,
+    log: str,
+    created: Iterable[datetime | None],
+    now: datetime,
+) -> CellUsage | None:
+    """The usage of the worksheets ``titles`` that ``info`` describes; ``None`` when they
+    have no grid (the local backend). ``created``: the Queue rows' ``created_at``."""
+    sheets = [info.sheets[t] for t in titles if t in info.sheets]
+    if not any(s.column_count for s in sheets):
+        return None
+    used = sum(s.row_count * s.column_count for s in sheets)
+    since = now - RATE_WINDOW
+    recent = sum(1 for c in created if c is not None and since <= c <= now)
+    full_at = None
+    queue_width = info.sheets[queue].column_count if queue in info.sheets else 0
+    log_width = info.sheets[log].column_count if log in info.sheets else 0
+    per_task = queue_width + LOG_ROWS_PER_TASK * log_width
+    if recent and per_task:
+        per_second = recent * per_task / RATE_WINDOW.total_seconds()
+        left = max(0, CELL_LIMIT - used)
+        full_at = now + timedelta(seconds=left / per_second)
+    return CellUsage(used, CELL_LIMIT, full_at)
