@@ -1,9 +1,13 @@
 """One ``sheetq process`` run: locks, batches, handlers, circuit breaker, rate limits.
 
-The steps are DESIGN.md §5: host lock, then per batch a scan, one claim
-request (run lease + recoveries + expiries + claims + their log rows), a read
-back of the claimed rows, the handlers, and one result request (results + log
-rows + lease release). Then owed alerts, and a summary.
+The steps are DESIGN.md §5: host lock, the host journal of a killed run, then per batch
+a scan, a read of the rows it will claim (whole: payloads, and the pre-image a repair
+needs), and one write that carries the previous batch's results, this scan's recoveries,
+expiries and requeues, this batch's claims, their log rows and the run lease's
+compare-and-set (DESIGN.md §6: 2 reads + 1 write). Then the handlers, each journalled
+before and after. The last batch's results go out with the lease release after the last
+scan. Then owed alerts, and a summary. Every write is addressed by ``task_id`` and
+verified by the store (``Store.apply``).
 """
 
 from __future__ import annotations
