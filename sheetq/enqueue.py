@@ -6,9 +6,9 @@ through the storage port.
 
 Google budget (DESIGN.md §6): opening and the keys of Queue and QueueArchive 1 (one
 ``spreadsheets.get``, ``Store.open_with``; 1 more when a person moved a key column away from
-where ``init`` puts it) + the write 1 = 2 requests, for one task or a 1,000-line batch. A batch over ~9 MB of request
-JSON (Google refuses a body over 10,485,760 bytes) takes one more write per ~9 MB: 300 lines
-of 40,000 characters (12 MB) are 2 writes, 4 requests.
+where ``init`` puts it) + the write 1 = 2 requests, for one task or a 1,000-line batch. A
+batch over ~9 MB of request JSON (Google refuses a body over 10,485,760 bytes) takes one more
+write per ~9 MB: 300 lines of 40,000 characters (12 MB) are 2 writes, 3 requests.
 """
 
 from __future__ import annotations

@@ -169,9 +169,7 @@ def enqueue(
     not_before = _when(delay, at, info.time_zone)
     for task in tasks:
         task.not_before = not_before
-    results = enqueue_tasks(
-        store, info, settings, tasks, now=state.clock().now(), snapshots=keys
-    )
+    results = enqueue_tasks(store, info, settings, tasks, now=state.clock().now(), snapshots=keys)
 
     if (
         settings.config_path is not None
