@@ -4,7 +4,9 @@ Request shapes (``shared/reference/google-sheets-api.md``):
 
 * ``open`` — one ``spreadsheets.get`` with ``includeGridData`` limited by ``ranges`` to
   the header rows of the queue's worksheets, and a ``fields`` mask: metadata, headers,
-  named ranges (the run lease) and the time zone in one request.
+  named ranges (the run lease) and the time zone in one request. ``open_with`` (enqueue)
+  adds the key columns at ``init``'s positions to the same request, checked against the
+  header in its answer.
 * ``read`` — one ``values:batchGet`` of only the columns (or rows) asked for, plus each
   worksheet's header row so a column a person moved is noticed;
   ``UNFORMATTED_VALUE`` + ``SERIAL_NUMBER``, so typed dates arrive as serials.
