@@ -23,6 +23,7 @@ from tests.fakes.sheets_emulator import SheetsEmulator
 BENCH_DIR = Path(__file__).resolve().parent
 READ_OPS = frozenset({"spreadsheets.get", "values.get", "values.batchGet"})
 WRITE_QUOTA = 60  # write requests per minute per user (reference §7); reads alike
+WEBHOOKS = 60  # enqueues one by one in the webhook row
 
 
 def bench_config() -> str:
@@ -102,8 +103,11 @@ def _per_task(name: str, reads: int, writes: int, tasks: int, note: str) -> Meas
     )
 
 
-def request_costs(emu: CountingEmulator, tasks: int, sizes: Sequence[int]) -> list[Measure]:
-    """`process --until-empty` per batch size, the row-by-row baseline, and enqueue."""
+def request_costs(
+    emu: CountingEmulator, tasks: int, sizes: Sequence[int], hooks: int = WEBHOOKS
+) -> list[Measure]:
+    """`process --until-empty` per batch size, the row-by-row baseline, and enqueue (one
+    task, ``hooks`` webhooks one by one, a 1,000-line ``--jsonl``)."""
     out: list[Measure] = []
     with tempfile.TemporaryDirectory(prefix="sheetq-bench-") as tmp:
         for size in sizes:
@@ -132,6 +136,9 @@ def request_costs(emu: CountingEmulator, tasks: int, sizes: Sequence[int]) -> li
             lambda: session.run(["enqueue", "job", '{"n": 1}', "--json"])
         )
         out.append(_per_task("enqueue, 1 task", reads, writes, 1, ""))
+        reads, writes, _, _ = session.counted(partial(webhooks, session, hooks))
+        note = f"{hooks} separate `enqueue` calls, one task each"
+        out.append(_per_task("enqueue one by one (webhooks)", reads, writes, hooks, note))
         reads, writes, _, doc = session.counted(
             lambda: session.run(["enqueue", "job", "--jsonl", "--json"], stdin=_jsonl(1000, 10))
         )
@@ -188,6 +195,17 @@ def end_to_end(emu: CountingEmulator, counts: Sequence[int]) -> list[Measure]:
         out.append(_within_quota("webhooks enqueued one by one", reads, writes, 20, "20 tasks"))
     out.append(_within_quota("physical floor: 1 read + 1 write per batch of 100", 1, 1, 100, ""))
     return out
+
+
+def webhooks(session: Session, count: int, start: int = 0) -> None:
+    """``count`` webhooks arriving one by one: one ``sheetq enqueue`` each, every third one
+    a repeat delivery of the one before (a duplicate: nothing added, still a read and a
+    log-row write). Event ids from ``start``."""
+    for n in range(count):
+        event = start + (n - 1 if n % 3 == 2 else n)
+        body = {"event_id": f"E-{event}", "n": event}
+        doc = session.run(["enqueue", "job", json.dumps(body), "--json"])
+        assert doc["outcome"] == ("duplicate" if n % 3 == 2 else "enqueued"), doc
 
 
 def _session(emu: CountingEmulator, work: Path, key: str | None = None) -> Session:

@@ -4,10 +4,11 @@
 rows for known ones, grouped into writes under Google's request cap; ``enqueue`` drives it
 through the storage port.
 
-Google budget (DESIGN.md §6): open 1 + keys of Queue and QueueArchive 1 +
-the write 1 = 3 requests, for one task or a 1,000-line batch. A batch over ~9 MB of request
-JSON (Google refuses a body over 10,485,760 bytes) takes one more write per ~9 MB: 300 lines
-of 40,000 characters (12 MB) are 2 writes, 4 requests.
+Google budget (DESIGN.md §6): opening and the keys of Queue and QueueArchive 1 (one
+``spreadsheets.get``, ``Store.open_with``; 1 more when a person moved a key column away from
+where ``init`` puts it) + the write 1 = 2 requests, for one task or a 1,000-line batch. A
+batch over ~9 MB of request JSON (Google refuses a body over 10,485,760 bytes) takes one more
+write per ~9 MB: 300 lines of 40,000 characters (12 MB) are 2 writes, 3 requests.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 from sheetq.config import Settings
 from sheetq.idempotency import canonical_json, check_size, derive_key, payload_hash
-from sheetq.model import Event, Status, new_run_id, new_task_id
+from sheetq.model import QUEUE_COLUMNS, Event, Status, new_run_id, new_task_id
 from sheetq.queue import log_row
 from sheetq.store.base import (
     AppendRow,
@@ -252,6 +253,18 @@ def prepare(
     return tasks
 
 
+def key_reads(settings: Settings) -> list[Read]:
+    """The read enqueue plans from: ``KEY_COLUMNS`` of Queue, then of QueueArchive."""
+    return [Read(settings.queue_sheet, KEY_COLUMNS), Read(settings.archive_sheet, KEY_COLUMNS)]
+
+
+def open_for_enqueue(store: Store, settings: Settings) -> tuple[WorkbookInfo, list[Snapshot]]:
+    """The workbook and ``key_reads``, in one request on Google when the key columns are
+    where ``init`` puts them (``QUEUE_COLUMNS`` order), two when a person moved one."""
+    layout = {settings.queue_sheet: QUEUE_COLUMNS, settings.archive_sheet: QUEUE_COLUMNS}
+    return store.open_with(key_reads(settings), layout=layout)
+
+
 def enqueue(
     store: Store,
     info: WorkbookInfo,
@@ -261,13 +274,16 @@ def enqueue(
     now: datetime,
     run_id: str | None = None,
     max_write_bytes: int = MAX_WRITE_BYTES,
+    snapshots: Sequence[Snapshot] | None = None,
 ) -> list[Enqueued]:
     """Add the new tasks and log duplicates/conflicts: one read of the keys (Queue and
     QueueArchive), then one atomic write, or several under Google's request cap.
 
-    ``info`` is the opened workbook (its schema already checked). The read, the plan and
-    the writes go through ``store.read_then_apply``: on the local backend one transaction,
-    so two racing enqueues of one key never both insert (DESIGN.md §4).
+    ``info`` is the opened workbook (its schema already checked); ``snapshots``: the
+    ``key_reads`` read with it (``open_for_enqueue``), so Google does not read them again.
+    The read, the plan and the writes go through ``store.read_then_apply``: on the local
+    backend one transaction that reads the keys again inside it, so two racing enqueues of
+    one key never both insert (DESIGN.md §4).
     """
     widths = {
         title: len(info.sheet(title).header) for title in (settings.queue_sheet, settings.log_sheet)
@@ -290,8 +306,5 @@ def enqueue(
         results[:] = planned
         return writes
 
-    store.read_then_apply(
-        [Read(settings.queue_sheet, KEY_COLUMNS), Read(settings.archive_sheet, KEY_COLUMNS)],
-        plan,
-    )
+    store.read_then_apply(key_reads(settings), plan, snapshots=snapshots)
     return results

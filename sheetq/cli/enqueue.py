@@ -117,7 +117,7 @@ def enqueue(
     from sheetq.cli.app import state
     from sheetq.config import TYPE_PATTERN, TYPE_RULE  # one rule for the CLI and sheetq.toml
     from sheetq.enqueue import enqueue as enqueue_tasks
-    from sheetq.enqueue import prepare
+    from sheetq.enqueue import open_for_enqueue, prepare
     from sheetq.idempotency import parse_payload
     from sheetq.schema import check_schema
 
@@ -164,12 +164,12 @@ def enqueue(
         time_limit=settings.enqueue_timeout,
         time_limit_name="SHEETQ_ENQUEUE_TIMEOUT",
     )
-    info = store.open()
+    info, keys = open_for_enqueue(store, settings)  # one request on an init-made sheet
     check_schema(info, settings, archive=True)
     not_before = _when(delay, at, info.time_zone)
     for task in tasks:
         task.not_before = not_before
-    results = enqueue_tasks(store, info, settings, tasks, now=state.clock().now())
+    results = enqueue_tasks(store, info, settings, tasks, now=state.clock().now(), snapshots=keys)
 
     if (
         settings.config_path is not None

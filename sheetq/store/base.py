@@ -2,6 +2,8 @@
 
 * ``open()`` — the workbook: worksheet titles, header rows, time zone, leases.
 * ``read(reads)`` — the columns asked for, with sheet row numbers, in one round trip.
+* ``open_with(reads, layout)`` — ``open()`` and ``read(reads)`` together; on Google one
+  round trip when the key columns sit where ``layout`` says (``init``'s order).
 * ``apply(changes)`` — one atomic change set: cell updates (rows re-located by
   their key right before writing), row appends, row deletions and a lease
   compare-and-set, across worksheets. All or nothing.
@@ -282,6 +284,20 @@ class Store(Protocol):
         """Several column reads in one round trip, in order."""
         ...
 
+    def open_with(
+        self, reads: Sequence[Read], *, layout: Mapping[str, Sequence[str]] | None = None
+    ) -> tuple[WorkbookInfo, list[Snapshot]]:
+        """``open()`` and ``read(reads)`` (whole-column reads) as one snapshot.
+
+        ``layout``: worksheet → the header it usually has (``init``'s column order). Google
+        asks for the header rows and the columns at those guessed positions in the same
+        ``spreadsheets.get``: one round trip when the header confirms the guess, one more
+        (``read``) for reads whose columns a person moved. A worksheet that does not exist
+        gives an empty snapshot (no header, no rows); the caller's schema check names it.
+        The local backend opens and reads in one transaction.
+        """
+        ...
+
     def apply(
         self,
         changes: ChangeSet,
@@ -307,8 +323,14 @@ class Store(Protocol):
         self,
         reads: Sequence[Read],
         plan: Callable[[list[Snapshot]], Sequence[ChangeSet]],
+        *,
+        snapshots: Sequence[Snapshot] | None = None,
     ) -> list[ApplyResult]:
         """Read, let ``plan`` turn the snapshots into change sets, apply those in order.
+
+        ``snapshots``: ``reads`` as just read (by ``open_with``). Google plans from them
+        instead of reading again; the local backend reads again inside its transaction, so
+        its check and insert stay one step.
 
         The local backend runs all of it in one ``BEGIN IMMEDIATE`` transaction: no other
         writer comes between the read and the writes (so enqueue's key check and insert are

@@ -4,7 +4,9 @@ Request shapes (``shared/reference/google-sheets-api.md``):
 
 * ``open`` — one ``spreadsheets.get`` with ``includeGridData`` limited by ``ranges`` to
   the header rows of the queue's worksheets, and a ``fields`` mask: metadata, headers,
-  named ranges (the run lease) and the time zone in one request.
+  named ranges (the run lease) and the time zone in one request. ``open_with`` (enqueue)
+  adds the key columns at ``init``'s positions to the same request, checked against the
+  header in its answer.
 * ``read`` — one ``values:batchGet`` of only the columns (or rows) asked for, plus each
   worksheet's header row so a column a person moved is noticed;
   ``UNFORMATTED_VALUE`` + ``SERIAL_NUMBER``, so typed dates arrive as serials.
@@ -71,6 +73,9 @@ _OPEN_FIELDS = (
     "sheets(properties(sheetId,title,index,gridProperties(rowCount,columnCount,frozenRowCount)),"
     "data(startRow,startColumn,rowData(values(formattedValue))))"
 )
+# ``open_with``: the same, with cell values (UNFORMATTED, as the values API) instead of their
+# formatted text: the header rows and the key columns come back in one answer.
+_OPEN_WITH_FIELDS = _OPEN_FIELDS.replace("values(formattedValue)", "values(effectiveValue)")
 _VALUE_PARAMS = {
     "majorDimension": "COLUMNS",
     "valueRenderOption": "UNFORMATTED_VALUE",
@@ -113,14 +118,51 @@ def _columns(header: Sequence[str]) -> dict[str, int]:
 
 
 def _grid_header(sheet: Mapping[str, Any]) -> list[str]:
-    """The header row of a sheet fetched with grid data (``spreadsheets.get``), trimmed."""
+    """The header row of a sheet fetched with grid data (``spreadsheets.get``), trimmed: the
+    block that starts at A1 (other blocks are columns read with it, see ``open_with``).
+    A cell's ``formattedValue`` when the field mask asked for it, else its value as text."""
     header: list[str] = []
     for block in sheet.get("data", []) or []:
+        if int(block.get("startRow", 0) or 0) or int(block.get("startColumn", 0) or 0):
+            continue
         for row in (block.get("rowData") or [])[:1]:
-            header = [str(v.get("formattedValue", "")).strip() for v in row.get("values", [])]
+            header = [
+                str(v["formattedValue"]).strip()
+                if "formattedValue" in v
+                else cell_text(_echo_value(v)).strip()
+                for v in row.get("values", [])
+            ]
+        break
     while header and not header[-1]:
         header.pop()
     return header
+
+
+def _layout_guess(read: Read, layout: Sequence[str] | None) -> dict[str, int] | None:
+    """Where ``read``'s columns would be in ``layout`` (name → 0-based column), or ``None``
+    when it cannot be guessed: no layout, a column not in it, or not a whole-column read."""
+    if layout is None or read.columns is None or read.rows is not None:
+        return None
+    where = {name: index for index, name in reversed(list(enumerate(layout)))}
+    if any(name not in where for name in read.columns):
+        return None
+    return {name: where[name] for name in read.columns}
+
+
+def _grid_cells(sheet: Mapping[str, Any]) -> dict[int, dict[int, CellValue]]:
+    """Every data block of a sheet fetched with grid data, merged: 1-based row → 0-based
+    column → value, converted as the values API's UNFORMATTED_VALUE would (``_echo_value``);
+    empty cells are left out."""
+    out: dict[int, dict[int, CellValue]] = {}
+    for block in sheet.get("data") or []:
+        start = int(block.get("startRow", 0) or 0)
+        left = int(block.get("startColumn", 0) or 0)
+        for offset, row in enumerate(block.get("rowData") or []):
+            for index, cell in enumerate(row.get("values") or []):
+                value = _echo_value(cell or {})
+                if value is not None:
+                    out.setdefault(start + offset + 1, {})[left + index] = value
+    return out
 
 
 def _cell_data(value: CellValue) -> dict[str, Any]:
@@ -590,6 +632,86 @@ class GoogleStore:
             params["ranges"] = [f"{quote_title(t)}!1:1" for t in titles if t in present]
             meta = self._metadata(params)
         return self._info(meta)
+
+    def open_with(
+        self, reads: Sequence[Read], *, layout: Mapping[str, Sequence[str]] | None = None
+    ) -> tuple[WorkbookInfo, list[Snapshot]]:
+        """``open()`` and whole-column ``read(reads)`` in one ``spreadsheets.get`` when the
+        columns are where ``layout`` puts them (see ``Store.open_with``).
+
+        The request is ``open()``'s (header rows, named ranges, time zone, sheet ids, row
+        counts) plus one range per run of guessed columns (``'Queue'!I2:I``…), with
+        ``effectiveValue`` in the field mask. The header in the same answer tells whether
+        the guess held; reads it did not hold for (a person moved a column, an adopted
+        layout) are read again by name with ``read`` (one ``values:batchGet``), so the
+        answer is always right and costs 1 request, or 2.
+        """
+        layout = layout or {}
+        titles = list(dict.fromkeys([*self._titles, *(r.worksheet for r in reads)]))
+        guesses = [_layout_guess(r, layout.get(r.worksheet)) for r in reads]
+        ranges = [f"{quote_title(t)}!1:1" for t in titles]
+        for read, guess in zip(reads, guesses, strict=True):
+            for lo, hi in _runs((guess or {}).values()):
+                ranges.append(
+                    f"{quote_title(read.worksheet)}!{column_letter(lo)}2:{column_letter(hi)}"
+                )
+        params = {"includeGridData": "true", "fields": _OPEN_WITH_FIELDS, "ranges": ranges}
+        try:
+            meta = self._metadata(params)
+        except (SchemaError, StoreError) as exc:  # a worksheet missing, or narrower than guessed
+            if isinstance(exc, StoreError) and "exceeds grid limits" not in str(exc):
+                raise
+            info = self.open()
+            present = [r for r in reads if r.worksheet in self._sheets]
+            found = iter(self.read(present))
+            return info, [
+                next(found) if r.worksheet in self._sheets else Snapshot(r.worksheet, (), [])
+                for r in reads
+            ]
+        info = self._info(meta)
+        cells = {
+            str((sheet.get("properties") or {}).get("title", "")): _grid_cells(sheet)
+            for sheet in meta.get("sheets", [])
+        }
+        snapshots: list[Snapshot | None] = []
+        for read, guess in zip(reads, guesses, strict=True):
+            sheet = self._sheets.get(read.worksheet)
+            if sheet is None:
+                snapshots.append(Snapshot(read.worksheet, (), []))
+                continue
+            names = [c for c in (read.columns or ()) if c in sheet.columns]
+            if guess is None or any(sheet.columns[n] != guess[n] for n in names):
+                snapshots.append(None)  # not where init puts them: read by name below
+                continue
+            snapshots.append(self._grid_snapshot(read, sheet, names, cells.get(sheet.title, {})))
+        again = [r for r, snap in zip(reads, snapshots, strict=True) if snap is None]
+        read_again = iter(self.read(again) if again else [])
+        return info, [snap if snap is not None else next(read_again) for snap in snapshots]
+
+    def _grid_snapshot(
+        self,
+        read: Read,
+        sheet: _Sheet,
+        names: Sequence[str],
+        cells: Mapping[int, Mapping[int, CellValue]],
+    ) -> Snapshot:
+        """A whole-column read of ``names`` from grid data (rows 2 to the last with a value
+        in one of them), shaped as ``read`` shapes it."""
+        indexes = [sheet.columns[n] for n in names]
+        height = max(
+            (
+                number
+                for number, row in cells.items()
+                if number > 1 and any(cell_text(row.get(i)) != "" for i in indexes)
+            ),
+            default=1,
+        )
+        self._tails[sheet.title] = height
+        rows = [
+            Row(number, {n: cells.get(number, {}).get(sheet.columns[n]) for n in names})
+            for number in range(2, height + 1)
+        ]
+        return Snapshot(read.worksheet, sheet.header, rows, tuple(names), whole=True)
 
     def _info(self, meta: Mapping[str, Any]) -> WorkbookInfo:
         sheets: dict[str, SheetInfo] = {}
@@ -1241,10 +1363,14 @@ class GoogleStore:
         self,
         reads: Sequence[Read],
         plan: Callable[[list[Snapshot]], Sequence[ChangeSet]],
+        *,
+        snapshots: Sequence[Snapshot] | None = None,
     ) -> list[ApplyResult]:
-        """One ``values:batchGet``, then one atomic ``batchUpdate`` per planned change set, in
-        order (Google has no transactions; see ``Store.read_then_apply``)."""
-        return [self.apply(c) for c in plan(self.read(reads)) if c]
+        """One ``values:batchGet`` (none when ``snapshots`` of ``reads`` are given), then one
+        atomic ``batchUpdate`` per planned change set, in order (Google has no
+        transactions; see ``Store.read_then_apply``)."""
+        read = list(snapshots) if snapshots is not None else self.read(reads)
+        return [self.apply(c) for c in plan(read) if c]
 
     @staticmethod
     def _check_moves(changes: ChangeSet, arrived: Sequence[Snapshot], result: ApplyResult) -> None:

@@ -134,6 +134,27 @@ class SqliteStore:
     @_mapped
     def open(self) -> WorkbookInfo:
         self._requests += 1
+        return self._workbook()
+
+    @_mapped
+    def open_with(
+        self, reads: Sequence[Read], *, layout: Mapping[str, Sequence[str]] | None = None
+    ) -> tuple[WorkbookInfo, list[Snapshot]]:
+        """``open()`` and ``read(reads)`` in one transaction (``layout`` is not needed: the
+        columns are found by name). A missing worksheet reads as an empty snapshot."""
+        self._requests += 1
+        self._db.execute("BEGIN")
+        try:
+            info = self._workbook()
+            snaps = [
+                self._read_one(r) if r.worksheet in info.sheets else Snapshot(r.worksheet, (), [])
+                for r in reads
+            ]
+        finally:
+            self._db.execute("COMMIT")
+        return info, snaps
+
+    def _workbook(self) -> WorkbookInfo:
         meta = dict(self._db.execute("SELECT key, value FROM workbook"))
         sheets: dict[str, SheetInfo] = {}
         for sheet_id, title, ncols in self._db.execute(
@@ -190,10 +211,13 @@ class SqliteStore:
         self,
         reads: Sequence[Read],
         plan: Callable[[list[Snapshot]], Sequence[ChangeSet]],
+        *,
+        snapshots: Sequence[Snapshot] | None = None,
     ) -> list[ApplyResult]:
         """The read, the planning and every write in one ``BEGIN IMMEDIATE`` transaction:
         the write lock is taken before reading, so racing writers queue up behind it and
-        each plans from what the one before it committed."""
+        each plans from what the one before it committed. ``snapshots`` (read before the
+        transaction) are not used: the read is made again inside it."""
         self._requests += 1
         self._begin_write()
         try:

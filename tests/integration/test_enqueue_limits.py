@@ -122,7 +122,7 @@ def test_twelve_megabyte_jsonl_is_split_under_the_request_cap(
     writes = _writes(sheets_emulator)
     sizes = [len(json.dumps(q.body)) for q in writes]
     assert len(writes) == 2 and max(sizes) < CAP, sizes
-    assert sheets_emulator.count() == 1 + 1 + len(writes)  # open, keys, writes
+    assert sheets_emulator.count() == 1 + len(writes)  # open with the keys, then the writes
     rows = book.records()
     assert sorted(json.loads(row["payload_json"])["n"] for row in rows) == list(range(300))
     assert len(book.log()) == 300

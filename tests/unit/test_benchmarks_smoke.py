@@ -40,18 +40,21 @@ def test_workbook_rows_are_realistic_and_nothing_is_due() -> None:
 
 
 def test_request_counts_against_the_emulator() -> None:
-    """Tiny runs: batches beat batches of one, baseline ≈ 6 req/task, enqueue 3 requests."""
+    """Tiny runs: batches beat batches of one, baseline ≈ 6 req/task, enqueue 2 requests
+    (1 read + 1 write, one by one too)."""
     from benchmarks._google import CountingEmulator, request_costs
 
     emu = CountingEmulator().start()
     try:
-        rows = {m.measure: m for m in request_costs(emu, 12, (1, 10))}
+        rows = {m.measure: m for m in request_costs(emu, 12, (1, 10), hooks=3)}
     finally:
         emu.stop()
     assert rows["process --batch-size 10"].value < rows["process --batch-size 1"].value <= 7
     assert 6 <= float(rows["row-by-row baseline (Apps Script style)"].value) < 7
-    assert rows["enqueue, 1 task"].value == 3
-    assert rows["enqueue --jsonl, 1,000 lines"].value == 0.003
+    assert rows["enqueue, 1 task"].value == 2
+    hooks = rows["enqueue one by one (webhooks)"]
+    assert hooks.value == 2 and "3 reads + 3 writes; 60 tasks/min" in hooks.note, hooks
+    assert rows["enqueue --jsonl, 1,000 lines"].value == 0.002
 
 
 def test_child_measures_one_command(tmp_path: Path) -> None:
