@@ -97,9 +97,9 @@ class Batch:
             assert time.monotonic() < deadline, f"timed out waiting for {what}"
             time.sleep(0.01)
 
-    def start(self) -> None:
+    def start(self, *args: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sheetq", "process", "--batch-size", "20", "-q"],
+            [sys.executable, "-m", "sheetq", "process", "--batch-size", "20", "-q", *args],
             env={**os.environ},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -221,6 +221,30 @@ def test_kill_while_a_handler_runs_local(
         finished=finished,
         running=running,
         journal={"applied": k, "returned": 9 - k, "unknown": 1},
+    )
+
+
+@pytest.mark.parametrize("k", [0, 3])
+def test_kill_in_the_second_pipelined_batch_local(
+    local_book: LocalBook, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, k: int
+) -> None:
+    """`--until-empty` in batches of 5: batch 1's results rode in batch 2's claim write; a
+    SIGKILL after k handlers of batch 2 finished: batch 1 stays done (run once), batch 2's
+    k outcomes come from the journal, only its running task is outcome-unknown."""
+    batch = _setup(local_book, tmp_path, monkeypatch)
+    batch.start("--batch-size", "5", "--until-empty")
+    first = batch.release(5)
+    finished = batch.release(5 + k)[5:]
+    batch.wait(lambda: len(batch.calls()) > 5 + k, f"handler {6 + k} to start")
+    batch.wait(lambda: batch.ended() == k, f"{k} outcomes of batch 2 in the journal")
+    running = batch.calls()[5 + k]
+    batch.kill()
+    assert {local_book.row_of(t)["status"] for t in first} == {"done"}
+    _rerun_and_check(
+        batch,
+        finished=[*first, *finished],
+        running=running,
+        journal={"applied": k, "returned": 4 - k, "unknown": 1},
     )
 
 
