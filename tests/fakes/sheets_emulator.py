@@ -1622,6 +1622,14 @@ class SheetsEmulator:
             self._books[book.id] = book
             return book.id
 
+    def widen(self, spreadsheet_id: str, title: str, columns: int) -> None:
+        """A person adding columns at the right until the grid is ``columns`` wide."""
+        with self._lock:
+            book = self._book(spreadsheet_id)
+            sheet = self._sheet(spreadsheet_id, title)
+            if columns > sheet.cols:
+                _resize(book, sheet, "COLUMNS", columns)
+
     def move_column(self, spreadsheet_id: str, title: str, from_index: int, to_index: int) -> None:
         """A person dragging the 0-based column ``from_index`` so it ends at ``to_index``."""
         with self._lock:

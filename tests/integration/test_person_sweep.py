@@ -531,6 +531,15 @@ def _commands() -> dict[str, Command]:
             bystander="done_old",
             telegram=True,
         ),
+        Command(  # the pipelined shape: batch 1's results ride in batch 2's claim write
+            "process_pipelined",
+            process_rows,
+            ["process", "--batch-size", "2", "--until-empty", "--json"],
+            _names("ok_1", "fail_1", "ok_2", "retry_1"),
+            _check_process,
+            bystander="done_old",
+            telegram=True,
+        ),
         Command(
             "requeue",
             base_rows(),
@@ -819,6 +828,8 @@ def template(spec: Command, emu: SheetsEmulator, monkeypatch: pytest.MonkeyPatch
         result = run_cli(["init"])
         assert result.code == 0, result.stderr
         header = [str(h) for h in book.grid(QUEUE)[0]] + ["notes"]
+        for title in (QUEUE, ARCHIVE):  # init sized the grids; a manager adds a column
+            emu.widen(book.key, title, len(header))
         emu.set_values(book.key, QUEUE, [header], "A1", user_entered=False)
         emu.set_values(book.key, ARCHIVE, [header], "A1", user_entered=False)
         emu.set_values(book.key, QUEUE, queue_values(spec.rows, header), "A2", user_entered=False)
