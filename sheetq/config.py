@@ -174,7 +174,7 @@ def _unknown_keys(where: str, got: Mapping[str, Any], allowed: set[str]) -> None
 
 def _duration(where: str, value: Any) -> float:
     try:
-        return parse_duration(value, what=where)
+        return parse_duration(value, what=where, require_unit=True)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 

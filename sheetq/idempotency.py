@@ -40,15 +40,40 @@ def parse_payload(text: str, *, where: str = "payload") -> dict[str, Any]:
             f"{where}: invalid JSON at line {exc.lineno}, column {exc.colno}: {why}"
         ) from None
     except ValueError as exc:
+        if "integer string conversion" in str(exc):
+            raise InputError(
+                f"{where}: a number with more than 4,300 digits (Python's limit); send such "
+                "a number as a string"
+            ) from None
         raise InputError(f"{where}: {exc}") from None
     except RecursionError:
-        raise InputError(f"{where}: nested too deeply to be a task payload") from None
+        raise InputError(f"{where}: {_too_deep}") from None
+    if _depth(value) > MAX_DEPTH:
+        raise InputError(f"{where}: {_too_deep}")
     if not isinstance(value, dict):
         kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
             type(value), "a number"
         )
         raise InputError(f"{where}: expected a JSON object, got {kind}")
     return value
+
+
+MAX_DEPTH = 100  # levels of nested objects and arrays a payload may have
+_too_deep = f"nested more than {MAX_DEPTH} levels deep; a task payload is not that deep"
+
+
+def _depth(value: Any) -> int:
+    """How deeply objects and arrays nest (1 for a flat object), without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            if level > MAX_DEPTH:
+                return level
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, level + 1) for child in children)
+    return deepest
 
 
 def _nfc(value: Any) -> Any:
@@ -73,11 +98,17 @@ def canonical_json(payload: Any) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise InputError(
-            f"payload: invalid Unicode at character {exc.start}: an unpaired surrogate "
-            f"({text[exc.start]!r}) cannot be stored"
-        ) from None
+        raise InputError(f"payload: {_bad_unicode(text[exc.start], exc.start)}") from None
     return text
+
+
+def _bad_unicode(char: str, at: int) -> str:
+    """What a lone surrogate means: a byte that was not UTF-8 (read with surrogateescape,
+    U+DC80..U+DCFF) or a ``\\ud800``-style escape that JSON allows and UTF-8 cannot carry."""
+    code = ord(char)
+    if 0xDC80 <= code <= 0xDCFF:
+        return f"not valid UTF-8: byte 0x{code - 0xDC00:02X} at character {at}"
+    return f"invalid Unicode at character {at}: an unpaired surrogate ({char!r}) cannot be stored"
 
 
 def payload_hash(canonical: str) -> str:
@@ -151,6 +182,8 @@ def clean_explicit_key(key: str) -> str:
     if not cleaned:
         raise InputError("--key: empty after trimming spaces")
     bad = next((c for c in cleaned if unicodedata.category(c) in ("Cc", "Cs")), None)
+    if bad is not None and unicodedata.category(bad) == "Cs":
+        raise InputError(f"--key: {_bad_unicode(bad, cleaned.index(bad))}")
     if bad is not None:
         raise InputError(f"--key: contains the control character {bad!r}; keys are one line")
     if len(cleaned) > MAX_KEY_CHARS:

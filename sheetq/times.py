@@ -99,13 +99,18 @@ def parse_duration(
 ) -> float:
     """Seconds in ``"90s"``, ``"10m"``, ``"72h"``, ``"1h30m"``, ``"30d"`` or plain seconds.
 
-    ``require_unit`` (command-line flags) refuses a bare number such as ``30``: days?
-    minutes? Raises ``ValueError`` naming ``what`` when the text is not a duration, or
-    is longer than 100 years.
+    ``require_unit`` (command-line flags, ``sheetq.toml``, ``SHEETQ_*`` variables) refuses
+    a bare number such as ``30``: days? minutes? Raises ``ValueError`` naming ``what`` when
+    the text is not a duration, or is longer than 100 years.
     """
     if isinstance(text, bool):
         raise ValueError(f"{what}: expected a duration like '10m', got {text!r}")
     if isinstance(text, int | float):
+        if require_unit:
+            raise ValueError(
+                f"{what}: {text!r} needs a unit, as a string: '{text}s', '{text}m', "
+                f"'{text}h' or '{text}d'"
+            )
         if text < 0:
             raise ValueError(f"{what}: must not be negative, got {text!r}")
         return float(text)

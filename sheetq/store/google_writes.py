@@ -142,6 +142,7 @@ class VerifiedWrites:
         move_reads = [Read(to, None, rows=tuple(range(lo, hi + 1))) for to, lo, hi in moved_to]
         rounds = 0
         restores: dict[tuple[str, str], UpdateRow] = {}
+        keyless: list[UpdateRow] = []  # restores of rows without a key, by position
         if (
             move_reads
             and written.headers_moved(written.echo_headers() if written.echo is not None else None)
@@ -162,10 +163,17 @@ class VerifiedWrites:
                 self._check_moves(changes, extra[: len(move_reads)], result)
                 extra = extra[len(move_reads) :]
                 move_reads = []
-            if written.headers_moved(self._current_headers()):
-                repair = self._realign(written, keyed, full, before, result)
+            if written.echo is not None and written.headers_moved():
+                # the echo, atomic with the write, shows a column had moved before it: the
+                # write's cells went into other columns of the rows it meant
+                repair = self._realign(written, keyed, full, before, result, trust=True)
+            elif written.echo is None and written.headers_moved(self._current_headers()):
+                # no echo: the column moved before or after the write; realign only rows
+                # that still hold the task meant there, and check the rest by task_id
+                repair = self._realign(written, keyed, full, before, result, trust=False)
+                repair.extend(self._check(keyed, restores, before, after, result, keyless))
             else:
-                repair = self._check(keyed, restores, before, after, result)
+                repair = self._check(keyed, restores, before, after, result, keyless)
             if not repair:
                 break
             rounds += 1
@@ -356,12 +364,18 @@ class VerifiedWrites:
         full: Mapping[str, Mapping[str, Row]],
         before: Mapping[str, Snapshot],
         result: ApplyResult,
+        *,
+        trust: bool,
     ) -> ChangeSet:
         """A person moved a column between the locate read and the write, so the write's
         cells went into other columns of the rows it wrote (rows themselves did not move).
         Each written row gets, column by name, its full pre-image with the meant values on
         top; every other cell of it that changed is put back. Appended rows are found by
-        their values and rewritten. Returns the positional repair."""
+        their values and rewritten. Returns the positional repair.
+
+        ``trust``: the echo proved the column moved before the write, so each written row
+        is the one meant. Otherwise a row is realigned only if it still holds the key meant
+        there (rows may have moved too; ``_check`` handles those by key)."""
         repair = ChangeSet()
         meant: dict[tuple[str, str], Mapping[str, CellValue]] = {
             (u.worksheet, str(u.key)): u.values for u in keyed
@@ -373,9 +387,12 @@ class VerifiedWrites:
         for snap in snaps:
             title = snap.worksheet
             targets = written.targets.get(title, {})
+            key_column = written.key_columns.get(title, "task_id")
             for row in snap.rows:
                 key = targets.get(row.number)
                 if key is None:
+                    continue
+                if not trust and row.text(key_column).strip() != key:
                     continue
                 old = full.get(title, {}).get(key)
                 desired: dict[str, CellValue] = {}
@@ -481,12 +498,16 @@ class VerifiedWrites:
         before: Mapping[str, Snapshot],
         after: Mapping[str, Snapshot],
         result: ApplyResult,
+        keyless: list[UpdateRow] | None = None,
     ) -> ChangeSet:
         """Step 3: compare the fresh read with what was meant. Returns the repair (empty:
         all is well): each target that does not hold its values is written again where it
-        is now, and each other row that holds exactly the values meant for a target, which
-        it did not hold before (the write landed on it), gets its pre-image back. Restores
-        found in earlier rounds (``restores``, updated here) are checked like targets."""
+        is now, and each other row that holds exactly the values of any write sent (a
+        target's, or a repair's), which it did not hold before (the write landed on it),
+        gets its pre-image back. Restores found in earlier rounds (``restores`` by key,
+        ``keyless`` by position; both updated here) are checked like targets, so a repair
+        that a second edit sent astray is repaired too."""
+        keyless = [] if keyless is None else keyless
         repair = ChangeSet()
         missing = set(result.missing)
         for title, snap in after.items():
@@ -521,12 +542,17 @@ class VerifiedWrites:
                         # get this row's pre-image back, then this row's own values
                         values = {n: _blank(earlier.values.get(n)) for n in union} | values
                     repair.updates.append(UpdateRow(title, key, now_at.number, values, column))
-            keyless = _keyless_preimage(old, column, union) if old is not None else None
+            blank_pre = _keyless_preimage(old, column, union) if old is not None else None
             for row in snap.rows:
                 key = row.text(column).strip()
                 if key in expected:
                     continue
-                hit = next((u for u in mine if _holds(row, u.values)), None)
+                sent = [
+                    *mine,
+                    *(u for (t, _k), u in restores.items() if t == title),
+                    *(u for u in keyless if u.worksheet == title),
+                ]
+                hit = next((u for u in sent if _holds(row, u.values)), None)
                 if hit is None:
                     continue
                 earlier = pre.get(key) if key else None
@@ -536,8 +562,8 @@ class VerifiedWrites:
                     restore = {name: _blank(earlier.values.get(name)) for name in union}
                 elif key:
                     restore = dict.fromkeys(union, "")  # a row a person added meanwhile
-                elif keyless is not None:
-                    restore = dict(keyless)
+                elif blank_pre is not None:
+                    restore = dict(blank_pre)
                 else:
                     result.repaired.append(
                         f"{title} row {row.number} (a row without {column}) got a write meant "
@@ -545,10 +571,14 @@ class VerifiedWrites:
                         "check it by hand"
                     )
                     continue
+                if _holds(row, restore):
+                    continue  # already as it was
                 fix = UpdateRow(title, key or None, row.number, restore, column)
                 repair.updates.append(fix)
                 if key:
                     restores[(title, key)] = fix
+                else:
+                    keyless.append(fix)
                 result.repaired.append(
                     f"{title} row {row.number} ({key or 'a row without ' + column}) got a write "
                     f"meant for {hit.key} (rows moved mid-write): put back"

@@ -38,6 +38,9 @@ def _one_line(stderr: str) -> str:
         (["list", "--status", "nope"], None, "--status 'nope'"),
         (["requeue", "--error-class", "bogus"], None, "--error-class 'bogus'"),
         (["frobnicate"], None, "No such command 'frobnicate'"),
+        (["enqueue", "lead", "-"], '{"a":' * 600 + "1" + "}" * 600, "more than 100 levels"),
+        (["enqueue", "lead", "-"], '{"n": ' + "9" * 5000 + "}", "more than 4,300 digits"),
+        (["enqueue", "lead", "{}", "--key", "a\udcffb"], None, "not valid UTF-8: byte 0xFF"),
     ],
 )
 def test_usage_errors_exit_2_and_write_nothing(
@@ -159,3 +162,14 @@ def test_foreign_sqlite_file_is_never_changed(
         assert r.code == 2 and "not a sheetq workbook" in _one_line(r.stderr), r.stderr
     assert path.read_bytes() == before
     assert not (tmp_path / "crm.db-wal").exists()
+
+
+@pytest.mark.parametrize("value", ['"72"', "72", "2.5"])
+def test_a_config_duration_without_a_unit_is_refused(book: Book, value: str) -> None:
+    """`max_age = "72"` in sheetq.toml: 72 what? Refused with exit 2 naming the key, as on
+    the command line, instead of being taken as seconds."""
+    write_config(f"[types.job]\ncommand = ['true']\nmax_age = {value}\n")
+    r = run_cli(["status"])
+    assert r.code == 2
+    line = _one_line(r.stderr)
+    assert "[types.job].max_age" in line and "needs a unit" in line
