@@ -408,6 +408,14 @@ def load_settings(
         for name, value in raw.get("types", {}).items()
     }
 
+    if (env.get("SHEETQ_DATABASE_URL") or "").strip():
+        # DESIGN.md §11: the PostgreSQL backend is not built yet. Refuse rather than quietly
+        # run the queue somewhere the user did not ask for.
+        raise ConfigError(
+            "SHEETQ_DATABASE_URL is set, but this version of sheetq has no PostgreSQL backend "
+            "yet (DESIGN.md §11, §12; see README 'Deviations'); unset it to use "
+            "SHEETQ_SPREADSHEET"
+        )
     sheet = (spreadsheet or env.get("SHEETQ_SPREADSHEET") or "").strip()
     if not sheet:
         sheet = str(queue.get("spreadsheet", "")).strip()

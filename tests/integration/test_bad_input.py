@@ -173,3 +173,16 @@ def test_a_config_duration_without_a_unit_is_refused(book: Book, value: str) -> 
     assert r.code == 2
     line = _one_line(r.stderr)
     assert "[types.job].max_age" in line and "needs a unit" in line
+
+
+def test_database_url_is_refused_until_postgresql_exists(
+    book: Book, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SHEETQ_DATABASE_URL set: exit 2 saying PostgreSQL is not built yet, instead of
+    silently putting the queue in the spreadsheet."""
+    monkeypatch.setenv("SHEETQ_DATABASE_URL", "postgresql://u@localhost/q")
+    r = run_cli(["enqueue", "lead", "{}"])
+    assert r.code == 2
+    assert "no PostgreSQL backend" in _one_line(r.stderr)
+    monkeypatch.delenv("SHEETQ_DATABASE_URL")
+    assert book.records() == []
