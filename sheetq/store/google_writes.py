@@ -151,7 +151,15 @@ class VerifiedWrites:
         ):
             self._realign_moves(before, result)
         while True:
-            after, extra = self._verify_read(wanted, [*move_reads, *extra_reads])
+            # A column moved before the write (the echo says so): read the written rows whole
+            # in the same request, so their repair is planned from the verifying read itself.
+            whole = [
+                Read(title, None, rows=tuple(sorted(rows)))
+                for title, rows in written.cells.items()
+                if written.echo is not None and written.headers_moved()
+            ]
+            after, extra = self._verify_read(wanted, [*whole, *move_reads, *extra_reads])
+            prefetched, extra = extra[: len(whole)], extra[len(whole) :]
             if (
                 move_reads
                 and written.echo is None
@@ -163,14 +171,21 @@ class VerifiedWrites:
                 self._check_moves(changes, extra[: len(move_reads)], result)
                 extra = extra[len(move_reads) :]
                 move_reads = []
-            if written.echo is not None and written.headers_moved():
-                # the echo, atomic with the write, shows a column had moved before it: the
-                # write's cells went into other columns of the rows it meant
-                repair = self._realign(written, keyed, full, before, result, trust=True)
-            elif written.echo is None and written.headers_moved(self._current_headers()):
-                # no echo: the column moved before or after the write; realign only rows
-                # that still hold the task meant there, and check the rest by task_id
-                repair = self._realign(written, keyed, full, before, result, trust=False)
+            if (written.echo is not None and written.headers_moved()) or (
+                written.echo is None and written.headers_moved(self._current_headers())
+            ):
+                # A column moved around the write (the echo, atomic with it, says before; with
+                # no echo it may have been after): each written row is put right by name.
+                repair = self._realign(
+                    written,
+                    keyed,
+                    full,
+                    before,
+                    after,
+                    result,
+                    trust=written.echo is not None,
+                    prefetched=prefetched,
+                )
                 repair.extend(self._check(keyed, restores, before, after, result, keyless))
             else:
                 repair = self._check(keyed, restores, before, after, result, keyless)
@@ -363,37 +378,68 @@ class VerifiedWrites:
         keyed: Sequence[UpdateRow],
         full: Mapping[str, Mapping[str, Row]],
         before: Mapping[str, Snapshot],
+        after: Mapping[str, Snapshot],
         result: ApplyResult,
         *,
         trust: bool,
+        prefetched: Sequence[Snapshot] = (),
     ) -> ChangeSet:
-        """A person moved a column between the locate read and the write, so the write's
-        cells went into other columns of the rows it wrote (rows themselves did not move).
-        Each written row gets, column by name, its full pre-image with the meant values on
-        top; every other cell of it that changed is put back. Appended rows are found by
-        their values and rewritten. Returns the positional repair.
+        """A person moved a column around the write, so the write's cells may have gone into
+        other columns of the rows it wrote. Each row meant gets, column by name, its full
+        pre-image with the meant values on top; every other cell of it that changed is put
+        back. Appended rows are found by their values and rewritten. Returns the repair.
 
-        ``trust``: the echo proved the column moved before the write, so each written row
-        is the one meant. Otherwise a row is realigned only if it still holds the key meant
-        there (rows may have moved too; ``_check`` handles those by key)."""
+        Each meant row is found by its task where it is now (``after``, the verifying read;
+        rows may also have moved since the write), read whole, and fixed *by its key*, so a
+        later sort cannot send the fix to another row. Only a row whose key cell the write
+        itself overwrote is fixed by position, and only when the echo (``trust``) proved the
+        column moved before the write, so the row at that position is the one meant."""
         repair = ChangeSet()
         meant: dict[tuple[str, str], Mapping[str, CellValue]] = {
             (u.worksheet, str(u.key)): u.values for u in keyed
         }
+        wanted: dict[str, dict[str, tuple[int, bool]]] = {}  # title → key → (row, by key?)
+        for title, targets in written.targets.items():
+            key_column = written.key_columns.get(title, "task_id")
+            snap = after.get(title)
+            now = _positions(snap, key_column) if snap is not None else {}
+            for number, key in targets.items():
+                if key in now:
+                    wanted.setdefault(title, {})[key] = (now[key], True)
+                elif trust:
+                    wanted.setdefault(title, {})[key] = (number, False)
+                else:
+                    result.repaired.append(
+                        f"{title}: {key} not found after a column moved mid-write; check it"
+                    )
+        have = {(snap.worksheet, row.number): row for snap in prefetched for row in snap.rows}
         reads = [
-            Read(title, None, rows=tuple(sorted(rows))) for title, rows in written.cells.items()
+            Read(title, None, rows=need)
+            for title, rows in wanted.items()
+            if (need := tuple(sorted({n for n, _ in rows.values() if (title, n) not in have})))
         ]
-        snaps = self.read(reads) if reads else []
+        for snap in self.read(reads) if reads else []:
+            have.update({(snap.worksheet, row.number): row for row in snap.rows})
+        snaps = [
+            Snapshot(
+                title,
+                (),
+                [
+                    have[(title, n)]
+                    for n in sorted({n for n, _ in rows.values()})
+                    if (title, n) in have
+                ],
+            )
+            for title, rows in wanted.items()
+        ]
         for snap in snaps:
             title = snap.worksheet
-            targets = written.targets.get(title, {})
             key_column = written.key_columns.get(title, "task_id")
-            for row in snap.rows:
-                key = targets.get(row.number)
-                if key is None:
-                    continue
-                if not trust and row.text(key_column).strip() != key:
-                    continue
+            at = {row.number: row for row in snap.rows}
+            for key, (number, by_key) in wanted[title].items():
+                row = at.get(number)
+                if row is None or (by_key and row.text(key_column).strip() != key):
+                    continue  # moved again since: the next round finds it
                 old = full.get(title, {}).get(key)
                 desired: dict[str, CellValue] = {}
                 if old is not None:
@@ -412,8 +458,12 @@ class VerifiedWrites:
                     for name, value in desired.items()
                     if name in row.values and not _same(row.values.get(name), value)
                 }
+                if by_key:
+                    fixes.pop(key_column, None)
                 if fixes:
-                    repair.updates.append(UpdateRow(title, None, row.number, fixes))
+                    repair.updates.append(
+                        UpdateRow(title, key if by_key else None, row.number, fixes, key_column)
+                    )
                     result.repaired.append(
                         f"{title} row {row.number} ({key}): a column moved mid-write; "
                         f"{len(fixes)} cell(s) put back by column name"
