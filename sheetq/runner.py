@@ -217,6 +217,7 @@ class Runner:
         self._pending: ChangeSet | None = None  # results not written yet (ride in the next claim)
         self._pending_full: Snapshot | None = None  # their rows' full pre-image
         self._held: set[str] = set()  # tasks claimed by this run whose results are not written
+        self._moved_back = 0  # claims of the last batch given back because their rows moved
         self._journal = Journal(journal_path(lock_path(settings)))
 
     # --- the run ---------------------------------------------------------------
@@ -262,6 +263,7 @@ class Runner:
             return
         last_rows: list[QueueRow] = []
         fresh_scan = False  # the last scan came after the last handler ran
+        stalls = 0  # batches in a row that ran nothing because rows moved under them
         while True:
             if self._out_of_time(options):
                 self.summary.notes.append("max runtime reached: no new batch claimed")
@@ -300,7 +302,13 @@ class Runner:
             fresh_scan = False
             ran_any = self._work(plan, options)
             if not ran_any:
-                break
+                # nothing ran: stop, unless rows a person moved were given back unrun and
+                # the run may try again (twice at most, so a busy sheet cannot spin it)
+                stalls = stalls + 1 if self._moved_back else 3
+                if stalls >= 3 or options.max_batches is not None:
+                    break
+            else:
+                stalls = 0
         self._flush(fresh_scan=fresh_scan)
         self._alerts(last_rows)
 
@@ -516,13 +524,20 @@ class Runner:
                 found[task_id] = row
             else:
                 moved[task_id] = self._claim_positions.get(task_id, claim.row.row)
-        if moved:
+        for _attempt in range(2):  # moved again meanwhile: locate by task_id, read again
+            if not moved:
+                break
             (again,) = self.store.read([Read(queue, None, rows=tuple(moved.values()))])
             at = {r.number: r for r in again.rows}
-            for task_id, number in moved.items():
+            for task_id, number in list(moved.items()):
                 row = at.get(number)
                 if row is not None and row.text("task_id").strip() == task_id:
                     found[task_id] = row
+                    del moved[task_id]
+            if moved:
+                (ids,) = self.store.read([Read(queue, ("task_id",))])
+                where = {r.text("task_id").strip(): r.number for r in ids.rows}
+                moved = {t: where[t] for t in moved if t in where}
         for claim in plan.claims:
             row = found.get(claim.row.task_id)
             if row is None:
@@ -539,6 +554,7 @@ class Runner:
         assert plan.lease_until is not None
         for claim in give_back:
             results.extend(self._release(claim, "row moved between claim and read-back"))
+        self._moved_back = len(give_back)
         stop: BaseException | None = None
         for index, (claim, row) in enumerate(keep):
             outcome: ChangeSet | None = None
