@@ -664,3 +664,49 @@ def test_fault_on_the_merged_write_runs_nothing_twice(
     assert_log_matches_queue(gbook)
     for x in rows:
         assert [e["event"] for e in gbook.log(x["task_id"])].count("done") == 1
+
+
+@pytest.mark.parametrize(
+    "edits",
+    [
+        [(3, "insert"), (5, "insert"), (7, "reverse")],  # rows only: none blanked
+        [(6, "reverse"), (7, "move_status")],  # a sort, then a column drag at once
+    ],
+    ids=["inserts-then-reverse", "reverse-then-column"],
+)
+def test_two_person_edits_during_one_run_lose_nothing(
+    gbook: GoogleBook, tmp_path: Path, edits: list[tuple[int, str]]
+) -> None:
+    """Edits found by a fresh user's trial, each after a given request of one
+    `process --until-empty`: every task ends done once, no id is lost or doubled, no status is
+    left blank, and the log agrees with the Queue."""
+    emu = gbook.emulator
+    _ok_config(tmp_path)
+    _fill(15)
+    ids = {r["task_id"] for r in gbook.records()}
+
+    def edit(kind: str) -> Any:
+        def apply(e: Any) -> None:
+            header = [str(h) for h in e.values(gbook.key, "Queue")[0]]
+            if kind == "insert":
+                e.insert_rows(gbook.key, "Queue", 2, 2)
+            elif kind == "reverse":
+                e.reverse_rows(gbook.key, "Queue")
+            else:
+                e.move_column(gbook.key, "Queue", header.index("status"), 0)
+
+        return apply
+
+    emu.reset_counts()
+    for k, kind in edits:
+        emu.after(k, edit(kind))
+    r = run_cli(["process", "--batch-size", "6", "--until-empty", "--json"])
+    assert r.code == 0, r.stderr
+    assert emu.pending_hooks() == 0
+    rows = [x for x in gbook.records() if x["task_id"]]
+    assert sorted(x["task_id"] for x in rows) == sorted(ids)
+    assert [x["status"] for x in rows] == ["done"] * 15
+    for x in rows:
+        assert x["result"] == f"ok-{json.loads(x['payload_json'])['n']}", x
+        assert [e["event"] for e in gbook.log(x["task_id"])].count("done") == 1
+    assert_log_matches_queue(gbook)
