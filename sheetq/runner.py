@@ -207,7 +207,6 @@ class Runner:
         self._last_start: dict[str, float] = {}
         self._failures: dict[str, AlertItem] = {}
         self._started = 0.0
-        self._scanned: dict[str, QueueRow] = {}  # the last scan, by task_id
         self._snapshot: Snapshot | None = None  # the last whole-Queue read: scan or verify
         self._snapshot_at = 0.0  # its monotonic time
         self._positions: dict[str, int] = {}  # task_id → row, when known fresher than a scan
@@ -273,7 +272,6 @@ class Runner:
             rows = self._scan()
             fresh_scan = True
             last_rows = rows
-            self._scanned = {r.task_id: r for r in rows}
             now = self.clock.now()
             plan = plan_batch(
                 rows,

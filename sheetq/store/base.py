@@ -237,9 +237,6 @@ class ApplyResult:
     * ``rows``: key → the row an update holds now (after verification);
     * ``positions``: worksheet → {key → row} for every keyed row, when the adapter read
       the whole key column (so the caller knows where every task is now);
-    * ``snapshots``: the ``extra_reads`` asked for, read after the write;
-    * ``verified``: worksheet → the whole-worksheet read that verified the write (fresh;
-      usable as the ``baseline`` of the next write);
     * ``moved``: keys of moves that arrived in their destination;
     * ``misplaced``: rows a move carried that were not the ones meant (a person sorted or
       inserted rows between the read and the write), as {column: value}; they are in the
@@ -251,8 +248,6 @@ class ApplyResult:
     missing: list[str] = field(default_factory=list)
     rows: dict[str, int] = field(default_factory=dict)
     positions: dict[str, dict[str, int]] = field(default_factory=dict)
-    snapshots: list[Snapshot] = field(default_factory=list)
-    verified: dict[str, Snapshot] = field(default_factory=dict)
     moved: list[str] = field(default_factory=list)
     misplaced: list[dict[str, CellValue]] = field(default_factory=list)
     repaired: list[str] = field(default_factory=list)
@@ -303,7 +298,6 @@ class Store(Protocol):
         changes: ChangeSet,
         *,
         baseline: Sequence[Snapshot] = (),
-        extra_reads: Sequence[Read] = (),
     ) -> ApplyResult:
         """Apply all changes atomically, every row addressed by its key (DESIGN.md §5).
 
@@ -311,11 +305,10 @@ class Store(Protocol):
         API writes only by position, re-locates every keyed row right before the write (a
         whole-column read; a snapshot in ``baseline``, a whole-worksheet read made moments
         ago that covers the key and written columns, stands in for it), and verifies right
-        after: a write that a person's sort or insertion sent to other rows is put right
-        (the other rows get their values back, the targets get theirs), in at most a few
-        rounds. ``extra_reads`` are read after the write, in the verifying
-        request. Raises ``LeaseConflict`` if the lease compare-and-set fails (nothing
-        written), ``StoreError`` for other failures.
+        after, by the write's echo or a read: a write that a person's sort, insertion or
+        column drag sent elsewhere is put right (the other rows get their values back, the
+        targets get theirs), in at most a few rounds. Raises ``LeaseConflict`` if the lease
+        compare-and-set fails (nothing written), ``StoreError`` for other failures.
         """
         ...
 

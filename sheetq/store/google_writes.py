@@ -82,7 +82,6 @@ class VerifiedWrites:
         changes: ChangeSet,
         *,
         baseline: Sequence[Snapshot] = (),
-        extra_reads: Sequence[Read] = (),
     ) -> ApplyResult:
         """One atomic ``spreadsheets:batchUpdate``, every row addressed by its key.
 
@@ -111,7 +110,7 @@ class VerifiedWrites:
         read back and rows that were not meant are returned in ``misplaced``.
         """
         result = ApplyResult()
-        if not changes and not extra_reads:
+        if not changes:
             return result
         keyed = [u for u in changes.updates if u.key is not None]
         if not keyed and not changes.deletes and not changes.moves:
@@ -123,19 +122,12 @@ class VerifiedWrites:
                         self._realign_appends(written, result)
                 elif written.echo is not None and written.headers_moved():
                     self._realign_appends(written, result)
-            if extra_reads:
-                result.snapshots = self.read(list(extra_reads))
             return result
         wanted = self._verify_columns(changes)
         before, full = self._located(wanted, baseline, keyed)
         written = self._write(changes, before, result)
         self._result_positions(changes, keyed, before, result)
-        if (
-            not changes.moves
-            and not extra_reads
-            and written.echo is not None
-            and written.verified_by_echo()
-        ):
+        if not changes.moves and written.verified_by_echo():
             return result
         moved_to = self._move_plan
         self._move_plan = []
@@ -143,37 +135,26 @@ class VerifiedWrites:
         rounds = 0
         restores: dict[tuple[str, str], UpdateRow] = {}
         keyless: list[UpdateRow] = []  # restores of rows without a key, by position
-        if (
-            move_reads
-            and written.headers_moved(written.echo_headers() if written.echo is not None else None)
-            if written.echo is not None
-            else False
-        ):
+        if move_reads and written.echo is not None and written.headers_moved():
             self._realign_moves(before, result)
         while True:
             # A column moved before the write (the echo says so): read the written rows whole
             # in the same request, so their repair is planned from the verifying read itself.
+            echo_moved = written.echo is not None and written.headers_moved()
             whole = [
                 Read(title, None, rows=tuple(sorted(rows)))
                 for title, rows in written.cells.items()
-                if written.echo is not None and written.headers_moved()
+                if echo_moved
             ]
-            after, extra = self._verify_read(wanted, [*whole, *move_reads, *extra_reads])
+            after, extra = self._verify_read(wanted, [*whole, *move_reads])
             prefetched, extra = extra[: len(whole)], extra[len(whole) :]
-            if (
-                move_reads
-                and written.echo is None
-                and written.headers_moved(self._current_headers())
-            ):
-                self._realign_moves(before, result)
-                after, extra = self._verify_read(wanted, [*move_reads, *extra_reads])
+            if move_reads and self._column_moved(written) and not echo_moved:
+                self._realign_moves(before, result)  # no echo: the read just showed it
+                after, extra = self._verify_read(wanted, move_reads)
             if move_reads:
-                self._check_moves(changes, extra[: len(move_reads)], result)
-                extra = extra[len(move_reads) :]
+                self._check_moves(changes, extra, result)
                 move_reads = []
-            if (written.echo is not None and written.headers_moved()) or (
-                written.echo is None and written.headers_moved(self._current_headers())
-            ):
+            if self._column_moved(written):
                 # A column moved around the write (the echo, atomic with it, says before; with
                 # no echo it may have been after): each written row is put right by name.
                 repair = self._realign(
@@ -199,8 +180,6 @@ class VerifiedWrites:
                     + ", ".join(sorted(str(u.key) for u in repair.updates if u.key)[:10])
                 )
             written = self._write(repair, after, result, repair=True, echo=False)
-        result.snapshots = extra
-        result.verified = after
         result.positions = {}
         for title, snap in after.items():
             column = self._key_column(changes, title)
@@ -232,6 +211,13 @@ class VerifiedWrites:
             sheet = self._sheet(title)
             if header != sheet.header:
                 self._sheets[title] = _Sheet(title, sheet.sheet_id, header, _columns(header))
+
+    def _column_moved(self, written: _Written) -> bool:
+        """Whether a person moved a column around ``written``: before it, by its echo; with no
+        echo, before or after it, by the headers read since."""
+        if written.echo is not None:
+            return written.headers_moved()
+        return written.headers_moved(self._current_headers())
 
     def _current_headers(self) -> dict[str, tuple[str, ...]]:
         return {title: sheet.header for title, sheet in self._sheets.items()}
@@ -310,10 +296,12 @@ class VerifiedWrites:
         return out, full
 
     def _verify_read(
-        self, wanted: Mapping[str, tuple[str, ...]], extra_reads: Sequence[Read]
+        self, wanted: Mapping[str, tuple[str, ...]], more: Sequence[Read]
     ) -> tuple[dict[str, Snapshot], list[Snapshot]]:
+        """The verifying read: ``wanted`` columns of whole worksheets and the ``more`` reads,
+        in one request."""
         titles = list(wanted)
-        snaps = self.read([*(Read(t, wanted[t]) for t in titles), *extra_reads])
+        snaps = self.read([*(Read(t, wanted[t]) for t in titles), *more])
         return dict(zip(titles, snaps[: len(titles)], strict=True)), snaps[len(titles) :]
 
     def _write(
@@ -420,24 +408,10 @@ class VerifiedWrites:
         ]
         for snap in self.read(reads) if reads else []:
             have.update({(snap.worksheet, row.number): row for row in snap.rows})
-        snaps = [
-            Snapshot(
-                title,
-                (),
-                [
-                    have[(title, n)]
-                    for n in sorted({n for n, _ in rows.values()})
-                    if (title, n) in have
-                ],
-            )
-            for title, rows in wanted.items()
-        ]
-        for snap in snaps:
-            title = snap.worksheet
+        for title, rows in wanted.items():
             key_column = written.key_columns.get(title, "task_id")
-            at = {row.number: row for row in snap.rows}
-            for key, (number, by_key) in wanted[title].items():
-                row = at.get(number)
+            for key, (number, by_key) in rows.items():
+                row = have.get((title, number))
                 if row is None or (by_key and row.text(key_column).strip() != key):
                     continue  # moved again since: the next round finds it
                 old = full.get(title, {}).get(key)

@@ -189,17 +189,15 @@ class SqliteStore:
         changes: ChangeSet,
         *,
         baseline: Sequence[Snapshot] = (),
-        extra_reads: Sequence[Read] = (),
     ) -> ApplyResult:
         """One transaction: every row re-located by its key inside it, so a person's edit
         can never come between locating and writing (``baseline`` is not needed)."""
         if not changes:
-            return ApplyResult(snapshots=self.read(extra_reads) if extra_reads else [])
+            return ApplyResult()
         self._requests += 1
         self._begin_write()
         try:
             result = self._apply(changes)
-            result.snapshots = [self._read_one(read) for read in extra_reads]
         except BaseException:
             self._db.execute("ROLLBACK")
             raise

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from sheetq.model import QUEUE_COLUMNS
 from tests.conftest import Book, GoogleBook, make_google, run_cli
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
@@ -50,18 +51,7 @@ def test_init_trims_only_empty_trailing_columns_and_changes_nothing_twice(
     emu = sheets_emulator
     emu.add_sheet(book.key, "Queue", cols=26)
     emu.add_sheet(book.key, "QueueLog", cols=26)
-    header = [
-        "task_id",
-        "created_at",
-        "type",
-        "payload_json",
-        "status",
-        "retry_count",
-        "next_retry_at",
-        "last_error",
-        "idempotency_key",
-        "notes",
-    ]
+    header = [*QUEUE_COLUMNS[:9], "notes"]  # the Apps Script layout and a manager's column
     emu.set_values(book.key, "Queue", [header], "A1")
     # a value without a header far right (column U, index 20), on row 7
     emu.set_values(book.key, "Queue", [["call back"]], "U7")

@@ -35,6 +35,7 @@ from typing import Any
 
 import pytest
 
+from sheetq.model import QUEUE_COLUMNS
 from tests.conftest import GoogleBook, Result, make_google, run_cli, write_config
 from tests.fakes.sheets_emulator import SheetsEmulator
 from tests.fakes.telegram_fake import FORUM_CHAT_ID, FakeBotAPI
@@ -44,17 +45,7 @@ pytestmark = [pytest.mark.google, pytest.mark.slow]
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 QUEUE, LOG, ARCHIVE = "Queue", "QueueLog", "QueueArchive"
 NOTE = "manager: call the supplier about the March invoices"
-ORIGINAL_COLUMNS = (  # the Apps Script layout sheetq adopts (DESIGN.md §2)
-    "task_id",
-    "created_at",
-    "type",
-    "payload_json",
-    "status",
-    "retry_count",
-    "next_retry_at",
-    "last_error",
-    "idempotency_key",
-)
+ORIGINAL_COLUMNS = QUEUE_COLUMNS[:9]  # the Apps Script layout sheetq adopts (DESIGN.md §2)
 CASES: Counter[str] = Counter()  # command → (boundary, edit) cases run
 MEASURED_N: dict[str, int] = {}
 
