@@ -65,7 +65,8 @@ _QUEUE_KEYS = {
     "batch_size",
 }
 _TELEGRAM_KEYS = {"chat_id", "thread_id", "template", "api_url"}
-_TOP_KEYS = {"queue", "defaults", "types", "telegram"}
+_TOP_KEYS = {"queue", "defaults", "types", "telegram", "mirror"}
+_MIRROR_KEYS = {"interval", "keep_finished"}
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*(\d*)\s*([a-z]+)\s*$", re.IGNORECASE)
 _RATE_UNITS = {
@@ -154,6 +155,9 @@ class Settings:
     credentials: str = ""
     config_path: Path | None = None
     base_dir: Path = field(default_factory=Path.cwd)
+    database_url: str = ""  # libpq URL: the queue lives in PostgreSQL (DESIGN.md §11)
+    mirror_interval: float = 15.0  # seconds between mirror passes inside `sheetq worker`
+    mirror_keep_finished: float = 7 * 86400.0  # seconds finished tasks stay in the mirror
 
     def type_config(self, name: str) -> TypeConfig:
         """The configuration of type ``name``; the defaults (no handler) if it is not configured."""
@@ -334,6 +338,18 @@ def _type(name: str, raw: Any, defaults: TypeConfig, base_dir: Path) -> TypeConf
     )
 
 
+def check_database_url(url: str) -> None:
+    """Refuse a database URL that is not a libpq ``postgresql://`` / ``postgres://`` URL
+    (``ConfigError``, exit 2). The message never repeats the URL: it may hold a password."""
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme not in ("postgresql", "postgres"):
+        raise ConfigError(
+            "SHEETQ_DATABASE_URL / --database-url: expected a PostgreSQL URL "
+            "(postgresql://USER@HOST:PORT/DBNAME or postgres://…), got one "
+            + (f"with scheme {scheme!r}" if scheme else "without a scheme")
+        )
+
+
 def read_toml(path: Path) -> dict[str, Any]:
     """Read a TOML file (UTF-8, a BOM allowed); errors name the file, line and column
     (exit code 2)."""
@@ -361,11 +377,13 @@ def load_settings(
     config: str | None = None,
     env: Mapping[str, str] | None = None,
     require_spreadsheet: bool = True,
+    database_url: str | None = None,
 ) -> Settings:
     """Build settings from flags, the environment and ``sheetq.toml``.
 
-    Raises ``ConfigError`` (exit 2) for an unreadable or invalid file, or when
-    no spreadsheet is named anywhere and ``require_spreadsheet`` is set.
+    Raises ``ConfigError`` (exit 2) for an unreadable or invalid file, a database URL that
+    is not ``postgresql://``/``postgres://``, or when neither a spreadsheet nor a database
+    is named anywhere and ``require_spreadsheet`` is set.
     """
     env = os.environ if env is None else env
     explicit = config or env.get("SHEETQ_CONFIG") or ""
@@ -408,20 +426,15 @@ def load_settings(
         for name, value in raw.get("types", {}).items()
     }
 
-    if (env.get("SHEETQ_DATABASE_URL") or "").strip():
-        # DESIGN.md §11: the PostgreSQL backend is not built yet. Refuse rather than quietly
-        # run the queue somewhere the user did not ask for.
-        raise ConfigError(
-            "SHEETQ_DATABASE_URL is set, but this version of sheetq has no PostgreSQL backend "
-            "yet (DESIGN.md §11, §12; see README 'Deviations'); unset it to use "
-            "SHEETQ_SPREADSHEET"
-        )
+    url = (database_url or env.get("SHEETQ_DATABASE_URL") or "").strip()
+    if url:
+        check_database_url(url)
     sheet = (spreadsheet or env.get("SHEETQ_SPREADSHEET") or "").strip()
     if not sheet:
         sheet = str(queue.get("spreadsheet", "")).strip()
         if sheet.startswith("local:") and not Path(sheet[6:]).expanduser().is_absolute():
             sheet = f"local:{base_dir / sheet[6:]}"  # like handlers: relative to sheetq.toml
-    if require_spreadsheet and not sheet:
+    if require_spreadsheet and not sheet and not url:
         raise ConfigError(
             "no spreadsheet given: set SHEETQ_SPREADSHEET (or pass --spreadsheet) to a Google "
             "Sheets URL or key, or to local:PATH for the embedded SQLite backend "
@@ -486,7 +499,24 @@ def load_settings(
         credentials=env.get("GOOGLE_APPLICATION_CREDENTIALS", ""),
         config_path=config_path,
         base_dir=base_dir,
+        database_url=url,
+        **_mirror(raw.get("mirror", {})),
     )
+
+
+def _mirror(raw: Any) -> dict[str, float]:
+    """``[mirror]``: ``interval`` (default 15s) and ``keep_finished`` (default 7d) (§12)."""
+    if not isinstance(raw, dict):
+        raise ConfigError("[mirror]: expected a table")
+    _unknown_keys("[mirror]", raw, _MIRROR_KEYS)
+    found: dict[str, float] = {}
+    for key, name in (("interval", "mirror_interval"), ("keep_finished", "mirror_keep_finished")):
+        if key in raw:
+            seconds = _duration(f"[mirror].{key}", raw[key])
+            if seconds <= 0:
+                raise ConfigError(f"[mirror].{key}: expected a duration above 0")
+            found[name] = seconds
+    return found
 
 
 def _enqueue_timeout(env: Mapping[str, str]) -> float:

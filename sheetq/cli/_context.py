@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 @dataclass
 class Context:
     spreadsheet: str | None = None
+    database_url: str | None = None
     config: str | None = None
     verbose: int = 0
     quiet: bool = False
@@ -28,12 +29,17 @@ class Context:
     stores: list[Store] = field(default_factory=list)
 
     def settings(self, *, require_spreadsheet: bool = True) -> Settings:
-        if self._settings is None or (require_spreadsheet and not self._settings.spreadsheet):
+        if self._settings is None or (
+            require_spreadsheet
+            and not self._settings.spreadsheet
+            and not self._settings.database_url
+        ):
             from sheetq.config import load_settings
 
             self._settings = load_settings(
                 spreadsheet=self.spreadsheet,
                 config=self.config,
+                database_url=self.database_url,
                 require_spreadsheet=require_spreadsheet,
             )
         return self._settings

@@ -54,6 +54,17 @@ def _options(
             help="Google Sheets URL or key, or local:PATH.",
         ),
     ] = None,
+    database_url: Annotated[
+        str | None,
+        typer.Option(
+            "--database-url",
+            envvar="SHEETQ_DATABASE_URL",
+            show_envvar=True,
+            show_default=False,
+            help="postgresql://… : the queue lives in PostgreSQL; a spreadsheet, if also set, "
+            "is its mirror.",
+        ),
+    ] = None,
     config: Annotated[
         str | None,
         typer.Option(
@@ -88,7 +99,9 @@ def _options(
         import os
 
         spreadsheet = spreadsheet or os.environ.get("SHEETQ_SPREADSHEET")
+        database_url = database_url or os.environ.get("SHEETQ_DATABASE_URL")
     state.spreadsheet = spreadsheet
+    state.database_url = database_url
     state.config = config
     state.verbose = verbose
     state.quiet = quiet
@@ -164,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-_GLOBAL_WITH_VALUE = {"--spreadsheet", "-S", "--config", "-c"}
+_GLOBAL_WITH_VALUE = {"--spreadsheet", "-S", "--database-url", "--config", "-c"}
 _GLOBAL_FLAG = re.compile(r"-v+|--verbose|-q|--quiet")
 
 

@@ -1,8 +1,9 @@
-"""Storage: one narrow port (``base``) and its adapters (``sqlite``, ``google``).
+"""Storage: one narrow port (``base``) and its adapters (``sqlite``, ``google``, and
+``sheetq.postgres.store``).
 
-``open_store(settings)`` picks the adapter from ``SHEETQ_SPREADSHEET``:
-``local:PATH`` is the embedded SQLite workbook, anything else a Google
-spreadsheet URL or key. Adapters are imported lazily: gspread is heavy.
+``open_store(settings)`` picks the adapter: ``SHEETQ_DATABASE_URL`` puts the queue in
+PostgreSQL; else ``SHEETQ_SPREADSHEET``: ``local:PATH`` is the embedded SQLite workbook,
+anything else a Google spreadsheet URL or key. Adapters are imported lazily: gspread is heavy.
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ def open_store(
     ``time_limit`` (seconds, ``enqueue``'s ``SHEETQ_ENQUEUE_TIMEOUT``, named in errors by
     ``time_limit_name``) bounds Google's requests and retries from now on, and how long the
     local backend waits for another writer's lock."""
+    if settings.database_url:  # the queue lives in PostgreSQL (DESIGN.md §11)
+        from sheetq.postgres.store import PgStore
+
+        return PgStore(settings)
     target = settings.spreadsheet
     if is_local(target):
         from sheetq.store.sqlite import SqliteStore

@@ -175,14 +175,15 @@ def test_a_config_duration_without_a_unit_is_refused(book: Book, value: str) -> 
     assert "[types.job].max_age" in line and "needs a unit" in line
 
 
-def test_database_url_is_refused_until_postgresql_exists(
-    book: Book, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("url", ["mysql://u@localhost/q", "localhost:5432/q"])
+def test_database_url_that_is_not_postgresql_is_refused(
+    book: Book, monkeypatch: pytest.MonkeyPatch, url: str
 ) -> None:
-    """SHEETQ_DATABASE_URL set: exit 2 saying PostgreSQL is not built yet, instead of
-    silently putting the queue in the spreadsheet."""
-    monkeypatch.setenv("SHEETQ_DATABASE_URL", "postgresql://u@localhost/q")
+    """SHEETQ_DATABASE_URL that is not postgresql:// or postgres://: exit 2 with one line that
+    says what was expected, and nothing written to the spreadsheet either."""
+    monkeypatch.setenv("SHEETQ_DATABASE_URL", url)
     r = run_cli(["enqueue", "lead", "{}"])
     assert r.code == 2
-    assert "no PostgreSQL backend" in _one_line(r.stderr)
+    assert "expected a PostgreSQL URL" in _one_line(r.stderr)
     monkeypatch.delenv("SHEETQ_DATABASE_URL")
     assert book.records() == []
