@@ -220,3 +220,18 @@ def test_rate_limit_one_thread_on_a_fake_clock(tmp_path: Path) -> None:
     clock.advance(5)
     executor.wait_rate_limit(config)
     assert clock.monotonic() == 6.0
+
+
+def test_execute_imports_no_driver() -> None:
+    """sheetq.execute (shared with the PostgreSQL worker) loads no store driver or Telegram."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, sheetq.execute\n"
+        "roots = ('gspread', 'sqlite3', '_sqlite3', 'psycopg', 'telegram')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in roots\n"
+        "             or m.startswith('sheetq.store.google') or m == 'sheetq.runner'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
