@@ -122,6 +122,7 @@ app.command()(inspect.show)
 app.command()(manage.requeue)
 app.command()(manage.skip)
 app.command()(manage.init)
+app.command()(__import__("sheetq.cli.migrate", fromlist=["_"]).migrate)
 
 
 def _register_lazy() -> None:
