@@ -334,10 +334,21 @@ class VerifiedWrites:
         for move in changes.moves:
             written.moved.update((move.worksheet, move.to))
         titles = sorted({*written.cells, *written.appends, *written.moved})
-        if echo and titles and not changes.deletes:
+        # Deletions come after the updates in the request, so a written row is echoed where
+        # it ends up: its number less the deleted rows above it (rows written and deleted by
+        # the same request are not echoed, and then the write is verified by a read).
+        gone = self._deleted_rows(changes, positions) if changes.deletes else {}
+        shifted = {
+            title: {row: _after_deletes(row, gone.get(title, [])) for row in rows}
+            for title, rows in written.cells.items()
+        }
+        if echo and titles:
             ranges = [f"{quote_title(t)}!1:1" for t in titles]
-            for title, rows in written.cells.items():
-                ranges += [f"{quote_title(title)}!{lo}:{hi}" for lo, hi in _runs(rows)]
+            for title, rows in shifted.items():
+                ranges += [
+                    f"{quote_title(title)}!{lo}:{hi}"
+                    for lo, hi in _runs(n for n in rows.values() if n is not None)
+                ]
             body.update(
                 includeSpreadsheetInResponse=True,
                 responseIncludeGridData=True,
@@ -358,7 +369,25 @@ class VerifiedWrites:
             raise
         if "includeSpreadsheetInResponse" in body and isinstance(reply, dict):
             written.echo = _echo(reply.get("updatedSpreadsheet"))
+            if gone and written.echo is not None:
+                written.echo = _before_deletes(written.echo, shifted)
         return written
+
+    @staticmethod
+    def _deleted_rows(
+        changes: ChangeSet, positions: Mapping[str, Mapping[str, int]]
+    ) -> dict[str, list[int]]:
+        """Worksheet → the sorted row numbers the deletions of ``changes`` remove."""
+        out: dict[str, set[int]] = {}
+        for delete in changes.deletes:
+            row = (
+                delete.row
+                if delete.key is None
+                else positions.get(delete.worksheet, {}).get(delete.key)
+            )
+            if row is not None:
+                out.setdefault(delete.worksheet, set()).add(row)
+        return {title: sorted(rows) for title, rows in out.items()}
 
     def _realign(
         self,
@@ -875,3 +904,32 @@ class VerifiedWrites:
 
     def _log_title(self) -> str:
         return self._titles[1] if len(self._titles) > 1 else "QueueLog"
+
+
+def _after_deletes(row: int, deleted: Sequence[int]) -> int | None:
+    """Where row ``row`` is once the sorted rows ``deleted`` are gone (``None``: deleted)."""
+    import bisect
+
+    at = bisect.bisect_left(deleted, row)
+    if at < len(deleted) and deleted[at] == row:
+        return None
+    return row - at
+
+
+def _before_deletes(
+    echo: dict[str, dict[int, list[CellValue]]], shifted: Mapping[str, Mapping[int, int | None]]
+) -> dict[str, dict[int, list[CellValue]]]:
+    """The echo of a write with deletions, renumbered as the rows were before it (header rows
+    kept); a written row that was deleted is absent, so the echo does not verify it."""
+    out: dict[str, dict[int, list[CellValue]]] = {}
+    for title, rows in echo.items():
+        moves = shifted.get(title)
+        if moves is None:
+            out[title] = rows
+            continue
+        renumbered = {1: rows[1]} if 1 in rows else {}
+        for before, after in moves.items():
+            if after is not None and after in rows:
+                renumbered[before] = rows[after]
+        out[title] = renumbered
+    return out
