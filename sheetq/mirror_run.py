@@ -39,12 +39,12 @@ from sheetq.mirror import (
     token_log_id,
 )
 from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS, new_run_id
-from sheetq.store.base import LeaseChange, Read
+from sheetq.store.base import LeaseChange, Read, Snapshot
 from sheetq.times import format_ts
 
 if TYPE_CHECKING:
     from sheetq.config import Settings
-    from sheetq.store.base import Snapshot, Store, WorkbookInfo
+    from sheetq.store.base import Store, WorkbookInfo
 
 LOG_ROWS_PER_PASS = 50_000  # a pass catching up after an outage appends at most this many
 
@@ -207,7 +207,7 @@ class _Pass:
                     self.rng.randrange(10**6),
                 )
                 chunk.changes.lease = LeaseChange(self.name, new, token)
-                self.sheet.apply(chunk.changes, baseline=[snap] if index == 0 else ())
+                self.sheet.apply(chunk.changes, baseline=self._baseline(snap) if index == 0 else ())
                 token = new
                 if chunk.last_log_id is not None:
                     after = chunk.last_log_id
@@ -245,6 +245,14 @@ class _Pass:
                     now=now,
                 )
         return self.report
+
+    @staticmethod
+    def _baseline(snap: Snapshot) -> list[Snapshot]:
+        """The read as ``apply``'s baseline: whole (it locates every row: no locating read)
+        and as the targets' pre-image (sheetq's columns; a manager's cells are never
+        written, so only a column dragged during the write could reach them)."""
+        rows = Snapshot(snap.worksheet, snap.header, snap.rows, snap.columns, whole=False)
+        return [snap, rows]
 
     def _read(self) -> tuple[WorkbookInfo, Snapshot]:
         """One ``open_with``; the first time, ``init``'s sheet side (worksheets, headers,

@@ -133,6 +133,8 @@ class VerifiedWrites:
         self._move_plan = []
         move_reads = [Read(to, None, rows=tuple(range(lo, hi + 1))) for to, lo, hi in moved_to]
         rounds = 0
+        # rows this write appended: not "a row a person added meanwhile" to a repair
+        added = {(a.worksheet, cell_text(a.values.get("task_id")).strip()) for a in changes.appends}
         restores: dict[tuple[str, str], UpdateRow] = {}
         keyless: list[UpdateRow] = []  # restores of rows without a key, by position
         if move_reads and written.echo is not None and written.headers_moved():
@@ -167,9 +169,9 @@ class VerifiedWrites:
                     trust=written.echo is not None,
                     prefetched=prefetched,
                 )
-                repair.extend(self._check(keyed, restores, before, after, result, keyless))
+                repair.extend(self._check(keyed, restores, before, after, result, keyless, added))
             else:
-                repair = self._check(keyed, restores, before, after, result, keyless)
+                repair = self._check(keyed, restores, before, after, result, keyless, added)
             if not repair:
                 break
             rounds += 1
@@ -552,6 +554,7 @@ class VerifiedWrites:
         after: Mapping[str, Snapshot],
         result: ApplyResult,
         keyless: list[UpdateRow] | None = None,
+        added: set[tuple[str, str]] | frozenset[tuple[str, str]] = frozenset(),
     ) -> ChangeSet:
         """Step 3: compare the fresh read with what was meant. Returns the repair (empty:
         all is well): each target that does not hold its values is written again where it
@@ -598,7 +601,7 @@ class VerifiedWrites:
             blank_pre = _keyless_preimage(old, column, union) if old is not None else None
             for row in snap.rows:
                 key = row.text(column).strip()
-                if key in expected:
+                if key in expected or (key and (title, key) in added):
                     continue
                 sent = [
                     *mine,
