@@ -386,9 +386,7 @@ def test_person_sorting_between_read_and_write(mirrored: Mirrored, edit: str) ->
         mirrored.sql("DELETE FROM sheetq_mirror_state")
         mirrored.sql("DELETE FROM sheetq_mirror")
         for row in state:
-            mirrored.sql(
-                "INSERT INTO sheetq_mirror_state VALUES (%s, %s, %s, %s, %s, %s)", row
-            )
+            mirrored.sql("INSERT INTO sheetq_mirror_state VALUES (%s, %s, %s, %s, %s, %s)", row)
         for row in written:
             mirrored.sql("INSERT INTO sheetq_mirror VALUES (%s, %s, %s, %s, %s)", row)
         mirrored.sql("UPDATE sheetq_mirror_state SET token = %s", (_token(mirrored),))
