@@ -75,7 +75,29 @@ def written_of(texts: Texts) -> Written:
 
 def row_texts(values: Mapping[str, CellValue]) -> Texts:
     """A sheet row's sheetq cells as text (numbers without a needless ``.0``)."""
-    return tuple(cell_text(values.get(name)) for name in QUEUE_COLUMNS)
+    return tuple(v if type(v) is str else cell_text(v) for v in map(values.get, QUEUE_COLUMNS))
+
+
+@dataclass(frozen=True)
+class SheetRow:
+    """A Queue row as read: its number, task id (stripped) and sheetq cells as text."""
+
+    number: int
+    task_id: str
+    texts: Texts
+
+
+def sheet_rows(sheet: Snapshot) -> list[SheetRow]:
+    """The rows of a whole read that hold a task id, first occurrence of each id only (a
+    row a person copied is left alone), with their cells as text: computed once a pass."""
+    out: list[SheetRow] = []
+    seen: set[str] = set()
+    for row in sheet.rows:
+        task_id = cell_text(row.values.get("task_id")).strip()
+        if task_id and task_id not in seen:
+            seen.add(task_id)
+            out.append(SheetRow(row.number, task_id, row_texts(row.values)))
+    return out
 
 
 def cell_values(texts: Texts) -> dict[str, CellValue]:
@@ -107,6 +129,7 @@ def read_edits(
     sheet: Snapshot,
     truth: Mapping[str, Texts],
     written: Mapping[str, Written],
+    rows: Sequence[SheetRow] | None = None,
 ) -> Edits:
     """The manager edits in ``sheet``: cells that differ from what the mirror last wrote
     (``written``; empty when it cannot be trusted, and then nothing flows back).
@@ -116,14 +139,12 @@ def read_edits(
     (running, or already requeued by ``sheetq requeue``): then it is put back. A changed
     ``owner`` is saved. Any other typed cell is put back, with a warning."""
     edits = Edits()
-    seen: set[str] = set()
-    for row in sheet.rows:
-        task_id = cell_text(row.values.get("task_id")).strip()
+    for row in rows if rows is not None else sheet_rows(sheet):
+        task_id = row.task_id
         last = written.get(task_id)
-        if last is None or task_id in seen or task_id not in truth:
+        if last is None or task_id not in truth:
             continue
-        seen.add(task_id)
-        now = row_texts(row.values)
+        now = row.texts
         true = truth[task_id]
         if now == true or digest(now) == last.digest:
             continue  # as PostgreSQL has it, or as the mirror wrote it
@@ -264,6 +285,7 @@ def plan_write(
     settings: Settings,
     known: frozenset[str] | set[str] = frozenset(),
     max_bytes: int = MAX_WRITE_BYTES,
+    rows: Sequence[SheetRow] | None = None,
 ) -> WritePlan:
     """The writes that make the sheet equal PostgreSQL (see the module docstring).
 
@@ -287,10 +309,8 @@ def plan_write(
         return chunk
 
     seen: set[str] = set()
-    for row in sheet.rows:
-        task_id = cell_text(row.values.get("task_id")).strip()
-        if not task_id or task_id in seen:
-            continue
+    for row in rows if rows is not None else sheet_rows(sheet):
+        task_id = row.task_id
         seen.add(task_id)
         true = truth.get(task_id)
         if true is None:
@@ -300,7 +320,7 @@ def plan_write(
                 chunk.forget.append(task_id)
                 chunk.deleted += 1
             continue
-        now = row_texts(row.values)
+        now = row.texts
         last = written.get(task_id)
         if now == true:
             mine = written_of(true)

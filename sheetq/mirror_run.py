@@ -35,6 +35,7 @@ from sheetq.mirror import (
     plan_write,
     range_name,
     read_edits,
+    sheet_rows,
     token_for,
     token_log_id,
 )
@@ -180,11 +181,12 @@ class _Pass:
             if state.last_pass is not None:
                 self.report.lag_seconds = max(0.0, (now - state.last_pass).total_seconds())
             trusted = (sheet_token or "") == state.token
-            edits = read_edits(snap, loaded.truth, loaded.written if trusted else {})
+            rows = sheet_rows(snap)
+            edits = read_edits(snap, loaded.truth, loaded.written if trusted else {}, rows)
             self.report.warnings += edits.warnings
             if edits.requeue or edits.owners:
                 self._apply_edits(conn, edits, loaded.truth, now)
-            ids = {r.text("task_id").strip() for r in snap.rows} - {""}
+            ids = {r.task_id for r in rows}
             known = self.mirror.known(conn, ids - set(loaded.truth) - set(loaded.written))
             mark = token_log_id(sheet_token)
             after = mark if mark is not None and mark <= loaded.max_log_id else state.last_log_id
@@ -197,6 +199,7 @@ class _Pass:
             settings=self.settings,
             known=known,
             max_bytes=self.max_bytes,
+            rows=rows,
         )
         self.report.put_back = plan.put_back
         token = sheet_token
