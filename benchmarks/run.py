@@ -85,6 +85,11 @@ def main(argv: list[str] | None = None) -> int:
             rows += bytes_read(emu, sizes)
         finally:
             emu.stop()
+    if not args.skip_google:
+        from benchmarks._mirror import mirror_costs
+
+        progress(f"the spreadsheet mirror of a PostgreSQL queue ({sizes[-1]:,} open tasks)")
+        rows += mirror_costs(sizes[-1])
     from benchmarks._startup import startup
 
     progress(f"start-up time ({args.startup_runs} runs each)")

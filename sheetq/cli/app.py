@@ -126,13 +126,14 @@ app.command()(__import__("sheetq.cli.migrate", fromlist=["_"]).migrate)
 
 
 def _register_lazy() -> None:
-    from sheetq.cli import alert, archive, demo, doctor, stats
+    from sheetq.cli import alert, archive, demo, doctor, mirror, stats
 
     app.command()(archive.archive)
     app.command()(stats.stats)
     app.command()(alert.alert)
     app.command()(doctor.doctor)
     app.command()(demo.demo)
+    app.command()(mirror.mirror)
 
 
 _register_lazy()

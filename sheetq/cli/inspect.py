@@ -97,9 +97,13 @@ def status(
             f"({cells.percent}%); {full_when}. Run `sheetq archive` (and `--log-older-than`), "
             "then move QueueArchive/QueueLogArchive to another spreadsheet"
         )
+    from sheetq.mirror_run import mirror_status, mirror_status_line
+
+    mirror = mirror_status(settings, now)  # None without a mirror (DESIGN.md §12)
     if as_json:
         emit_json(
             {
+                **({"mirror": mirror} if mirror is not None else {}),
                 "counts": {s: counts.get(s, 0) for s in STATUS_ORDER},
                 "by_type": {
                     t: {s: c.get(s, 0) for s in STATUS_ORDER}
@@ -159,6 +163,8 @@ def status(
     echo("; ".join(facts))
     for group in gone:
         echo(group.line(tz))
+    if mirror is not None:
+        echo(mirror_status_line(mirror))
 
 
 def _gone_runs(settings: Any, info: Any, rows: Any, now: datetime) -> list[Any]:

@@ -133,6 +133,8 @@ class VerifiedWrites:
         self._move_plan = []
         move_reads = [Read(to, None, rows=tuple(range(lo, hi + 1))) for to, lo, hi in moved_to]
         rounds = 0
+        # rows this write appended: not "a row a person added meanwhile" to a repair
+        added = {(a.worksheet, cell_text(a.values.get("task_id")).strip()) for a in changes.appends}
         restores: dict[tuple[str, str], UpdateRow] = {}
         keyless: list[UpdateRow] = []  # restores of rows without a key, by position
         if move_reads and written.echo is not None and written.headers_moved():
@@ -167,9 +169,9 @@ class VerifiedWrites:
                     trust=written.echo is not None,
                     prefetched=prefetched,
                 )
-                repair.extend(self._check(keyed, restores, before, after, result, keyless))
+                repair.extend(self._check(keyed, restores, before, after, result, keyless, added))
             else:
-                repair = self._check(keyed, restores, before, after, result, keyless)
+                repair = self._check(keyed, restores, before, after, result, keyless, added)
             if not repair:
                 break
             rounds += 1
@@ -334,10 +336,21 @@ class VerifiedWrites:
         for move in changes.moves:
             written.moved.update((move.worksheet, move.to))
         titles = sorted({*written.cells, *written.appends, *written.moved})
-        if echo and titles and not changes.deletes:
+        # Deletions come after the updates in the request, so a written row is echoed where
+        # it ends up: its number less the deleted rows above it (rows written and deleted by
+        # the same request are not echoed, and then the write is verified by a read).
+        gone = self._deleted_rows(changes, positions) if changes.deletes else {}
+        shifted = {
+            title: {row: _after_deletes(row, gone.get(title, [])) for row in rows}
+            for title, rows in written.cells.items()
+        }
+        if echo and titles:
             ranges = [f"{quote_title(t)}!1:1" for t in titles]
-            for title, rows in written.cells.items():
-                ranges += [f"{quote_title(title)}!{lo}:{hi}" for lo, hi in _runs(rows)]
+            for title, rows in shifted.items():
+                ranges += [
+                    f"{quote_title(title)}!{lo}:{hi}"
+                    for lo, hi in _runs(n for n in rows.values() if n is not None)
+                ]
             body.update(
                 includeSpreadsheetInResponse=True,
                 responseIncludeGridData=True,
@@ -358,7 +371,25 @@ class VerifiedWrites:
             raise
         if "includeSpreadsheetInResponse" in body and isinstance(reply, dict):
             written.echo = _echo(reply.get("updatedSpreadsheet"))
+            if gone and written.echo is not None:
+                written.echo = _before_deletes(written.echo, shifted)
         return written
+
+    @staticmethod
+    def _deleted_rows(
+        changes: ChangeSet, positions: Mapping[str, Mapping[str, int]]
+    ) -> dict[str, list[int]]:
+        """Worksheet → the sorted row numbers the deletions of ``changes`` remove."""
+        out: dict[str, set[int]] = {}
+        for delete in changes.deletes:
+            row = (
+                delete.row
+                if delete.key is None
+                else positions.get(delete.worksheet, {}).get(delete.key)
+            )
+            if row is not None:
+                out.setdefault(delete.worksheet, set()).add(row)
+        return {title: sorted(rows) for title, rows in out.items()}
 
     def _realign(
         self,
@@ -523,6 +554,7 @@ class VerifiedWrites:
         after: Mapping[str, Snapshot],
         result: ApplyResult,
         keyless: list[UpdateRow] | None = None,
+        added: set[tuple[str, str]] | frozenset[tuple[str, str]] = frozenset(),
     ) -> ChangeSet:
         """Step 3: compare the fresh read with what was meant. Returns the repair (empty:
         all is well): each target that does not hold its values is written again where it
@@ -569,7 +601,7 @@ class VerifiedWrites:
             blank_pre = _keyless_preimage(old, column, union) if old is not None else None
             for row in snap.rows:
                 key = row.text(column).strip()
-                if key in expected:
+                if key in expected or (key and (title, key) in added):
                     continue
                 sent = [
                     *mine,
@@ -875,3 +907,32 @@ class VerifiedWrites:
 
     def _log_title(self) -> str:
         return self._titles[1] if len(self._titles) > 1 else "QueueLog"
+
+
+def _after_deletes(row: int, deleted: Sequence[int]) -> int | None:
+    """Where row ``row`` is once the sorted rows ``deleted`` are gone (``None``: deleted)."""
+    import bisect
+
+    at = bisect.bisect_left(deleted, row)
+    if at < len(deleted) and deleted[at] == row:
+        return None
+    return row - at
+
+
+def _before_deletes(
+    echo: dict[str, dict[int, list[CellValue]]], shifted: Mapping[str, Mapping[int, int | None]]
+) -> dict[str, dict[int, list[CellValue]]]:
+    """The echo of a write with deletions, renumbered as the rows were before it (header rows
+    kept); a written row that was deleted is absent, so the echo does not verify it."""
+    out: dict[str, dict[int, list[CellValue]]] = {}
+    for title, rows in echo.items():
+        moves = shifted.get(title)
+        if moves is None:
+            out[title] = rows
+            continue
+        renumbered = {1: rows[1]} if 1 in rows else {}
+        for before, after in moves.items():
+            if after is not None and after in rows:
+                renumbered[before] = rows[after]
+        out[title] = renumbered
+    return out

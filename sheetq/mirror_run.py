@@ -1,0 +1,331 @@
+"""One pass of the spreadsheet mirror (DESIGN.md §12): read, apply managers' edits, write.
+
+``mirror_pass(settings, clock)`` is what ``sheetq mirror`` runs, and what ``sheetq worker``
+calls every ``[mirror] interval``. Its Sheets requests:
+
+1. one ``spreadsheets.get`` (``Store.open_with``): the headers, the mirror's token (a named
+   range) and every sheetq column of the Queue worksheet;
+2. when anything differs, one atomic ``batchUpdate`` (``Store.apply`` with that read as its
+   baseline, so no locating read; verified by the write's echo): changed cells by
+   ``task_id``, new rows, deletions, new QueueLog rows and the new token — one write per
+   ``MAX_WRITE_BYTES`` when a pass has more than that to write.
+
+Between the two, one PostgreSQL transaction reads the window, applies the managers' edits
+with their log rows and reads the log rows not yet mirrored; after each write, one more
+records what it wrote. The token makes the record trustworthy: it is written into the sheet
+atomically with each write and into PostgreSQL after it, so when the two differ (the
+process died between them) the pass trusts no cell as a manager's edit, applies none, and
+puts every row back as PostgreSQL has it. It is also a compare-and-set: two passes at once
+(cron and a worker) never both write; the later one is refused and changes nothing.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from sheetq.clock import Clock
+from sheetq.errors import ConfigError, LeaseConflict
+from sheetq.mirror import (
+    MAX_WRITE_BYTES,
+    Texts,
+    plan_edits,
+    plan_write,
+    range_name,
+    read_edits,
+    sheet_rows,
+    token_for,
+    token_log_id,
+)
+from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS, new_run_id
+from sheetq.store.base import LeaseChange, Read, Snapshot
+from sheetq.times import format_ts
+
+if TYPE_CHECKING:
+    from sheetq.config import Settings
+    from sheetq.store.base import Store, WorkbookInfo
+
+LOG_ROWS_PER_PASS = 50_000  # a pass catching up after an outage appends at most this many
+
+
+@dataclass
+class MirrorReport:
+    """What one pass did; ``as_json`` is the ``sheetq mirror --json`` document.
+    ``lag_seconds``: how old the sheet was when the pass began (seconds since the previous
+    pass that wrote; ``None`` on the first); ``requests``: Sheets API requests."""
+
+    updated: int = 0
+    appended: int = 0
+    deleted: int = 0
+    log_appended: int = 0
+    requeued: int = 0
+    owners_saved: int = 0
+    put_back: int = 0
+    requests: int = 0
+    lag_seconds: float | None = None
+    warnings: list[str] = field(default_factory=list)
+    initialised: list[str] = field(default_factory=list)
+    conflict: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "updated": self.updated,
+            "appended": self.appended,
+            "deleted": self.deleted,
+            "log_appended": self.log_appended,
+            "requeued": self.requeued,
+            "owners_saved": self.owners_saved,
+            "put_back": self.put_back,
+            "requests": self.requests,
+            "lag_seconds": None if self.lag_seconds is None else round(self.lag_seconds),
+        }
+
+    def line(self) -> str:
+        """The one-line summary of ``sheetq mirror``."""
+        if self.conflict:
+            return self.conflict
+        return (
+            f"mirror: {self.updated} updated, {self.appended} appended, {self.deleted} removed, "
+            f"{self.log_appended} log rows; {self.requeued} requeued, {self.owners_saved} "
+            f"owner(s) saved, {self.put_back} put back; {self.requests} Sheets request(s)"
+        )
+
+
+def require_mirror(settings: Settings) -> None:
+    """Both variables are needed: refuse (exit 2) naming the one that is missing."""
+    missing = [
+        name
+        for name, value in (
+            ("SHEETQ_DATABASE_URL", settings.database_url),
+            ("SHEETQ_SPREADSHEET", settings.spreadsheet),
+        )
+        if not value
+    ]
+    if missing:
+        raise ConfigError(
+            f"sheetq mirror needs {' and '.join(missing)}: the queue in PostgreSQL "
+            "(SHEETQ_DATABASE_URL) is mirrored into the spreadsheet (SHEETQ_SPREADSHEET)"
+        )
+
+
+def sheet_store(settings: Settings) -> Store:
+    """The mirror's spreadsheet (Google, or a ``local:`` workbook), not PostgreSQL."""
+    from sheetq.store import open_store
+
+    return open_store(replace(settings, database_url=""))
+
+
+def mirror_pass(
+    settings: Settings,
+    clock: Clock,
+    *,
+    rng: random.Random | None = None,
+    max_bytes: int = MAX_WRITE_BYTES,
+) -> MirrorReport:
+    """One pass (see the module docstring). Raises ``StoreError``/``StoreUnavailable`` when
+    Google fails (the failure is recorded for ``status``; the queue is untouched and the
+    next pass catches up) and ``ConfigError`` without both variables."""
+    from sheetq.postgres.mirror import PgMirror
+    from sheetq.postgres.store import PgStore
+
+    require_mirror(settings)
+    pg = PgStore(settings)
+    try:
+        sheet = sheet_store(settings)
+        try:
+            return _Pass(settings, clock, pg, PgMirror(pg), sheet, rng, max_bytes).run()
+        finally:
+            sheet.close()
+    finally:
+        pg.close()
+
+
+class _Pass:
+    def __init__(
+        self,
+        settings: Settings,
+        clock: Clock,
+        pg: Any,
+        mirror: Any,
+        sheet: Store,
+        rng: random.Random | None,
+        max_bytes: int,
+    ) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.pg = pg
+        self.mirror = mirror
+        self.sheet = sheet
+        self.rng = rng or random.Random()
+        self.max_bytes = max_bytes
+        self.report = MirrorReport()
+        self.name = range_name(settings.queue_sheet)
+
+    def run(self) -> MirrorReport:
+        from sheetq.errors import StoreError
+
+        start = self.sheet.requests_made
+        now = self.clock.now()
+        try:
+            info, snap = self._read()
+        except StoreError as exc:
+            self.mirror.record_failure(now, str(exc))
+            raise
+        self.report.requests = self.sheet.requests_made - start
+        sheet_token = info.leases.get(self.name)
+        with self.pg.transaction() as conn:
+            loaded = self.mirror.load(conn, now, self.settings.mirror_keep_finished)
+            state = loaded.state
+            if state.last_pass is not None:
+                self.report.lag_seconds = max(0.0, (now - state.last_pass).total_seconds())
+            trusted = (sheet_token or "") == state.token
+            rows = sheet_rows(snap)
+            edits = read_edits(snap, loaded.truth, loaded.written if trusted else {}, rows)
+            self.report.warnings += edits.warnings
+            if edits.requeue or edits.owners:
+                self._apply_edits(conn, edits, loaded.truth, now)
+            ids = {r.task_id for r in rows}
+            known = self.mirror.known(conn, ids - set(loaded.truth) - set(loaded.written))
+            mark = token_log_id(sheet_token)
+            after = mark if mark is not None and mark <= loaded.max_log_id else state.last_log_id
+            logs = self.mirror.logs_since(conn, after, LOG_ROWS_PER_PASS)
+        plan = plan_write(
+            snap,
+            loaded.truth,
+            loaded.written,
+            logs,
+            settings=self.settings,
+            known=known,
+            max_bytes=self.max_bytes,
+            rows=rows,
+        )
+        self.report.put_back = plan.put_back
+        token = sheet_token
+        try:
+            for index, chunk in enumerate(plan.chunks):
+                new = token_for(
+                    chunk.last_log_id if chunk.last_log_id is not None else after,
+                    self.rng.randrange(10**6),
+                )
+                chunk.changes.lease = LeaseChange(self.name, new, token)
+                self.sheet.apply(chunk.changes, baseline=self._baseline(snap) if index == 0 else ())
+                token = new
+                if chunk.last_log_id is not None:
+                    after = chunk.last_log_id
+                with self.pg.transaction() as conn:
+                    self.mirror.record(
+                        conn,
+                        record={**(plan.record if index == 0 else {}), **chunk.record},
+                        forget=[*(plan.forget if index == 0 else []), *chunk.forget],
+                        token=new,
+                        last_log_id=after,
+                        now=now,
+                    )
+                self.report.updated += chunk.updated
+                self.report.appended += chunk.appended
+                self.report.deleted += chunk.deleted
+                self.report.log_appended += chunk.log_appended
+        except LeaseConflict:
+            self.report.conflict = (
+                "mirror: another mirror pass wrote to the sheet meanwhile; this one wrote "
+                "nothing more (the next pass carries on)"
+            )
+        except StoreError as exc:
+            self.mirror.record_failure(now, str(exc))
+            raise
+        finally:
+            self.report.requests = self.sheet.requests_made - start
+        if not plan.chunks:
+            with self.pg.transaction() as conn:
+                self.mirror.record(
+                    conn,
+                    record=plan.record,
+                    forget=plan.forget,
+                    token=sheet_token or "",
+                    last_log_id=after,
+                    now=now,
+                )
+        return self.report
+
+    @staticmethod
+    def _baseline(snap: Snapshot) -> list[Snapshot]:
+        """The read as ``apply``'s baseline: whole (it locates every row: no locating read)
+        and as the targets' pre-image (sheetq's columns; a manager's cells are never
+        written, so only a column dragged during the write could reach them)."""
+        rows = Snapshot(snap.worksheet, snap.header, snap.rows, snap.columns, whole=False)
+        return [snap, rows]
+
+    def _read(self) -> tuple[WorkbookInfo, Snapshot]:
+        """One ``open_with``; the first time, ``init``'s sheet side (worksheets, headers,
+        format) and the read again."""
+        settings = self.settings
+        queue, log = settings.queue_sheet, settings.log_sheet
+        reads = [Read(queue, QUEUE_COLUMNS)]
+        layout = {queue: QUEUE_COLUMNS}
+        info, (snap,) = self.sheet.open_with(reads, layout=layout)
+        sheets = info.sheets
+        if (
+            queue not in sheets
+            or log not in sheets
+            or sheets[queue].missing(QUEUE_COLUMNS)
+            or sheets[log].missing(LOG_COLUMNS)
+        ):
+            added = self.sheet.ensure_worksheets(
+                {queue: QUEUE_COLUMNS, log: LOG_COLUMNS, settings.archive_sheet: QUEUE_COLUMNS}
+            )
+            self.report.initialised += [f"{t}: added {', '.join(c)}" for t, c in added.items()]
+            self.report.initialised += self.sheet.fit_grids([queue, log, settings.archive_sheet])
+            self.report.initialised += self.sheet.format_worksheets(
+                queue, log, settings.archive_sheet
+            )
+            info, (snap,) = self.sheet.open_with(reads, layout=layout)
+        info.sheet(queue).columns(QUEUE_COLUMNS)  # refuses a repeated sheetq header
+        return info, snap
+
+    def _apply_edits(self, conn: Any, edits: Any, truth: dict[str, Texts], now: datetime) -> None:
+        """Requeues and owners, planned from the tasks under a row lock, applied with their
+        log rows; ``truth`` gets the tasks as they are after."""
+        ids = {*edits.requeue, *edits.owners}
+        locked = self.mirror.tasks(conn, ids, lock=True)
+        changes, requeued, owners = plan_edits(
+            edits, locked, settings=self.settings, now=now, run_id=new_run_id("mirror")
+        )
+        self.mirror.apply_edits(conn, changes)
+        self.report.requeued += len(requeued)
+        self.report.owners_saved += len(owners)
+        truth.update(self.mirror.tasks(conn, ids))
+
+
+def mirror_status(settings: Settings, now: datetime) -> dict[str, Any] | None:
+    """The mirror's lag for ``sheetq status`` (``None`` when no mirror is configured):
+    ``last_pass`` (ISO text or ``None``), ``lag_seconds``, ``tasks_pending`` (tasks changed
+    since the last pass), ``log_rows_pending`` and ``last_error`` (of a failed pass since)."""
+    if not (settings.database_url and settings.spreadsheet):
+        return None
+    from sheetq.postgres.mirror import PgMirror
+    from sheetq.postgres.store import PgStore
+
+    pg = PgStore(settings)
+    try:
+        doc = PgMirror(pg).lag(now)
+    finally:
+        pg.close()
+    last = doc["last_pass"]
+    doc["last_pass"] = None if last is None else format_ts(last)
+    return doc
+
+
+def mirror_status_line(doc: dict[str, Any]) -> str:
+    """``status``'s line about the mirror."""
+    if doc["last_pass"] is None:
+        text = "mirror: no pass has written yet (run `sheetq mirror`)"
+    else:
+        text = (
+            f"mirror: last pass {doc['last_pass']} ({doc['lag_seconds']}s ago); "
+            f"{doc['tasks_pending']} task(s) and {doc['log_rows_pending']} log row(s) to write"
+        )
+    if doc.get("last_error"):
+        text += f"; last attempt failed: {doc['last_error']}"
+    return text
