@@ -13,15 +13,12 @@ verified by the store (``Store.apply``).
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import random
 import re
 import secrets
-from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +27,9 @@ from sheetq.alerts.owed import owed as owed_alerts
 from sheetq.clock import Clock
 from sheetq.config import Settings, TypeConfig
 from sheetq.errors import Interrupted, LeaseConflict, StoreError
-from sheetq.handlers import run_reconcile, run_task
-from sheetq.idempotency import parse_payload
-from sheetq.journal import Journal, Recovery, journal_path, plan_recovery
-from sheetq.model import ErrorClass, Event, Status, Task, new_run_id
+from sheetq.execute import Executor
+from sheetq.journal import Journal, journal_path, plan_recovery
+from sheetq.model import Status, new_run_id
 from sheetq.queue import (
     SCAN_COLUMNS,
     BatchPlan,
@@ -43,10 +39,7 @@ from sheetq.queue import (
     parse_rows,
     plan_batch,
     release,
-    result_cut,
 )
-from sheetq.redact import plural, redact
-from sheetq.retry import Decision, Outcome, decide
 from sheetq.schema import check_schema
 from sheetq.store.base import (
     ApplyResult,
@@ -58,73 +51,25 @@ from sheetq.store.base import (
     Store,
     UpdateRow,
 )
+from sheetq.summary import RunOptions, RunSummary, dumps, summary_line
 from sheetq.times import format_ts, zone
 
 log = logging.getLogger("sheetq.runner")
 
-
-@dataclass
-class RunOptions:
-    batch_size: int = 10
-    max_batches: int | None = 1  # None: no limit (``--until-empty``)
-    max_runtime: float | None = None  # seconds; no new batch is claimed after it
-    types: Sequence[str] = ()
-    dry_run: bool = False
-
-
-@dataclass
-class RunSummary:
-    run_id: str
-    batches: int = 0
-    claimed: int = 0
-    done: int = 0
-    retry: int = 0
-    failed: int = 0
-    skipped: int = 0
-    recovered: int = 0
-    expired: int = 0
-    requeued: int = 0
-    released: int = 0
-    without_handler: Counter[str] = field(default_factory=Counter)
-    alerts_sent: int = 0
-    alerts_owed: int = 0
-    seconds: float = 0.0
-    locked: str = ""  # why the run did not take the queue, if it did not
-    interrupted: str = ""  # the task running when SIGINT/SIGTERM arrived
-    would_claim: list[dict[str, Any]] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    open_circuits: dict[str, str] = field(default_factory=dict)
-    requests: int = 0
-    journal: Recovery | None = None  # what this run applied of a killed run's host journal
-
-    def as_json(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {
-            "run_id": self.run_id,
-            "batches": self.batches,
-            "claimed": self.claimed,
-            "done": self.done,
-            "retry": self.retry,
-            "failed": self.failed,
-            "skipped": self.skipped,
-            "recovered": self.recovered,
-            "expired": self.expired,
-            "without_handler": sum(self.without_handler.values()),
-            "alerts_sent": self.alerts_sent,
-            "seconds": round(self.seconds, 3),
-            "requeued": self.requeued,
-            "released": self.released,
-            "without_handler_by_type": dict(self.without_handler),
-            "alerts_owed": self.alerts_owed,
-            "open_circuits": self.open_circuits,
-            "locked": bool(self.locked),
-            "requests": self.requests,
-            "notes": self.notes,
-        }
-        if self.would_claim:
-            doc["would_claim"] = self.would_claim
-        if self.journal is not None:
-            doc["journal"] = self.journal.as_json()
-        return doc
+# Re-exported: the run's options and summary live in ``sheetq.summary`` (shared with the
+# PostgreSQL worker); ``from sheetq.runner import RunOptions, summary_line`` keeps working.
+__all__ = [
+    "RunOptions",
+    "RunSummary",
+    "Runner",
+    "dumps",
+    "host_lock",
+    "lease_expiry",
+    "lease_name",
+    "lease_token",
+    "lock_path",
+    "summary_line",
+]
 
 
 def lock_path(settings: Settings) -> Path:
@@ -202,10 +147,15 @@ class Runner:
         self.summary = RunSummary(self.run_id)
         self._lease_name = lease_name(settings.queue_sheet)
         self._lease: str | None = None  # token we hold
-        self._open: dict[str, str] = {}  # type → why its circuit is open
-        self._streak: Counter[str] = Counter()  # consecutive transient failures per type
-        self._last_start: dict[str, float] = {}
-        self._failures: dict[str, AlertItem] = {}
+        # runs each claimed task's handler; owns the open circuits and this run's failures
+        self.executor = Executor(
+            settings,
+            clock=clock,
+            rng=self.rng,
+            summary=self.summary,
+            note=self._note,
+            on_progress=self.on_progress,
+        )
         self._started = 0.0
         self._snapshot: Snapshot | None = None  # the last whole-Queue read: scan or verify
         self._snapshot_at = 0.0  # its monotonic time
@@ -245,7 +195,7 @@ class Runner:
         if self._journal.problem:
             self._note(f"{self._journal.problem}: a kill would leave finished outcomes unknown")
         self.summary.seconds = self.clock.monotonic() - self._started
-        self.summary.open_circuits = dict(self._open)
+        self.summary.open_circuits = dict(self.executor.open_circuits)
         self.summary.requests = self.store.requests_made
         log.info(
             "run %s: %.2fs, %d request(s)", self.run_id, self.summary.seconds, self.summary.requests
@@ -281,7 +231,7 @@ class Runner:
                 batch_size=options.batch_size,
                 rng=self.rng,
                 types=options.types,
-                open_circuits=self._open,
+                open_circuits=self.executor.open_circuits,
                 held=self._held if self._pending is not None else (),
             )
             self.summary.without_handler = plan.without_handler
@@ -485,7 +435,7 @@ class Runner:
 
         for update in plan.changes.updates:
             if update.values.get("status") == Status.FAILED and update.key:
-                self._failures[update.key] = AlertItem(
+                self.executor.failures[update.key] = AlertItem(
                     task_id=update.key,
                     type="",
                     error_class=str(update.values.get("error_class", "")),
@@ -558,11 +508,13 @@ class Runner:
             outcome: ChangeSet | None = None
             try:
                 config = self.settings.type_config(claim.row.type)
-                reason = self._cannot_start(claim, config, plan.lease_until, options)
+                reason = self.executor.cannot_start(
+                    claim.row, config, plan.lease_until, self._out_of_time(options)
+                )
                 if reason:
                     results.extend(self._release(claim, reason))
                     continue
-                self._wait_rate_limit(config)
+                self.executor.wait_rate_limit(config)
                 self._journal.started(self.run_id, claim)
                 outcome = self._run_one(claim, row, config)
                 results.extend(outcome)
@@ -642,8 +594,8 @@ class Runner:
         for line in applied.repaired:
             self._note(f"the sheet changed during the result write: {line}")
         for key, number in applied.rows.items():
-            if key in self._failures:
-                self._failures[key].row = number
+            if key in self.executor.failures:
+                self.executor.failures[key].row = number
         located = applied.positions.get(self.settings.queue_sheet)
         if located:
             self._positions = located
@@ -670,176 +622,34 @@ class Runner:
             changes.extend(self._release(claim, "the run was interrupted"))
         return changes
 
-    def _cannot_start(
-        self, claim: Claim, config: TypeConfig, lease_until: datetime, options: RunOptions
-    ) -> str:
-        if claim.row.type in self._open:
-            return f"circuit open for type {claim.row.type!r}: {self._open[claim.row.type]}"
-        if self.clock.now() > lease_until - timedelta(seconds=config.policy.timeout):
-            return "the batch's lease would run out before this task's timeout"
-        if self._out_of_time(options):
-            return "--max-runtime reached"
-        return ""
-
     def _release(self, claim: Claim, reason: str) -> ChangeSet:
         self.summary.released += 1
         return release(
             claim, now=self.clock.now(), run_id=self.run_id, reason=reason, settings=self.settings
         )
 
-    def _wait_rate_limit(self, config: TypeConfig) -> None:
-        if config.rate_limit is None:
-            return
-        last = self._last_start.get(config.name)
-        if last is not None:
-            wait = config.rate_limit.interval - (self.clock.monotonic() - last)
-            if wait > 0:
-                self.clock.sleep(wait)
-        self._last_start[config.name] = self.clock.monotonic()
-
-    def _task(self, claim: Claim, row: Row) -> tuple[Task, str]:
-        payload_json = row.text("payload_json")
-        payload = parse_payload(payload_json, where=f"payload_json of {claim.row.task_id}")
-        task = Task(
-            task_id=claim.row.task_id,
-            type=claim.row.type,
-            payload=payload,
-            idempotency_key=claim.row.idempotency_key,
-            attempt=claim.row.retry_count + 1,
-            created_at=claim.row.created,
-        )
-        return task, payload_json
-
     def _run_one(self, claim: Claim, row: Row, config: TypeConfig) -> ChangeSet:
-        from sheetq.errors import InputError
-
-        started = self.clock.monotonic()
-        event: Event | None = None
-        try:
-            task, payload_json = self._task(claim, row)
-        except InputError as exc:
-            outcome = Outcome.failed(f"{exc.message}; fix the cell and requeue")
-            task, payload_json = None, ""
-        if task is not None:
-            self.on_progress(f"{task.task_id} {task.type} attempt {task.attempt}")
-            if claim.reconcile:
-                outcome = self._reconcile(config, task, payload_json)
-                event = Event.RECOVERED
-            else:
-                outcome = run_task(config, task, payload_json)
-                if outcome.status is None:
-                    outcome = self._on_unknown(config, task, payload_json, outcome)
-        duration_ms = int((self.clock.monotonic() - started) * 1000)
-        decision = self._decide(outcome, claim, config, task.payload if task else None)
-        log.info(
-            "%s %s: %s in %.2fs",
-            claim.row.task_id,
-            claim.row.type,
-            decision.status,
-            duration_ms / 1000,
+        """Run the claimed task (``row``: its row read whole) and its outcome's change set."""
+        executed = self.executor.execute(
+            claim.row, row.text("payload_json"), config, reconcile=claim.reconcile
         )
-        if result_cut(decision.result):  # said once per type and run; each cut is in QueueLog
-            self._note(f"{claim.row.type}: results over 1,000 characters are cut (ending in …)")
-        if event is Event.RECOVERED:
-            self.summary.recovered += 1
-        self._count(decision, claim, config)
         return complete(
             claim,
-            decision,
+            executed.decision,
             config=config,
             now=self.clock.now(),
             run_id=self.run_id,
-            duration_ms=duration_ms,
+            duration_ms=executed.duration_ms,
             settings=self.settings,
-            event=event,
+            event=executed.event,
         )
-
-    def _on_unknown(
-        self, config: TypeConfig, task: Task, payload_json: str, outcome: Outcome
-    ) -> Outcome:
-        """A timeout after the action may have happened: ``on_unknown`` decides at once."""
-        if config.on_unknown == "retry":
-            return outcome
-        if config.on_unknown == "reconcile":
-            checked = self._reconcile(config, task, payload_json, first=outcome.message)
-            return checked
-        return Outcome.failed(
-            f"{outcome.message}; outcome unknown, a person must check", ErrorClass.UNKNOWN
-        )
-
-    def _reconcile(
-        self,
-        config: TypeConfig,
-        task: Task,
-        payload_json: str,
-        first: str = "lease expired while processing",
-    ) -> Outcome:
-        answer = run_reconcile(config, task, payload_json)
-        if answer.found is True:
-            return Outcome.done(answer.result)
-        if answer.found is False:
-            return Outcome.retry(f"{first}; reconcile: not found, retrying", ErrorClass.UNKNOWN)
-        return Outcome.failed(f"{first}; {answer.message}", ErrorClass.UNKNOWN)
-
-    def _decide(
-        self, outcome: Outcome, claim: Claim, config: TypeConfig, payload: dict[str, Any] | None
-    ) -> Decision:
-        decision = decide(outcome, claim.row.retry_count, config.policy, self.clock.now(), self.rng)
-        secrets = [self.settings.telegram.token]
-        message = redact(
-            decision.message, payload=payload, fields=config.redact_fields, secrets=secrets
-        )
-        result = redact(
-            decision.result, payload=payload, fields=config.redact_fields, secrets=secrets
-        )
-        if message != decision.message or result != decision.result:
-            from dataclasses import replace
-
-            decision = replace(decision, message=message, result=result)
-        return decision
-
-    def _count(self, decision: Decision, claim: Claim, config: TypeConfig) -> None:
-        status = decision.status
-        name = claim.row.type
-        if status is Status.DONE:
-            self.summary.done += 1
-            self._streak[name] = 0
-        elif status is Status.SKIPPED:
-            self.summary.skipped += 1
-            self._streak[name] = 0
-        elif status is Status.RETRY:
-            self.summary.retry += 1
-        else:
-            self.summary.failed += 1
-            self._failures[claim.row.task_id] = AlertItem(
-                task_id=claim.row.task_id,
-                type=name,
-                error_class=str(decision.error_class or ""),
-                attempts=decision.retry_count,
-                error=decision.message,
-                row=claim.row.row,
-                owner=claim.row.owner or config.owner,
-            )
-        if decision.open_circuit:
-            why = (
-                "credentials refused (auth): a person must fix them"
-                if decision.error_class is ErrorClass.AUTH
-                else "handler misconfigured (config)"
-            )
-            self._open.setdefault(name, why)
-        elif decision.counts_for_breaker:
-            self._streak[name] += 1
-            if self._streak[name] >= config.policy.breaker_threshold:
-                self._open.setdefault(name, f"{self._streak[name]} consecutive transient failures")
-        elif status in (Status.RETRY, Status.FAILED):
-            self._streak[name] = 0
 
     # --- alerts --------------------------------------------------------------------------
 
     def owed(self, rows: Sequence[QueueRow]) -> list[AlertItem]:
         """Owed alerts: failed rows of the last scan without ``alerted_at``, and this run's
         failures (see ``sheetq.alerts.owed``)."""
-        items = owed_alerts(rows, link=lambda row, task_id: "", failures=self._failures)
+        items = owed_alerts(rows, link=lambda row, task_id: "", failures=self.executor.failures)
         for item in items:
             item.row = self._positions.get(item.task_id, item.row)
             item.link = self.store.link(
@@ -876,33 +686,3 @@ class Runner:
                 self._note(f"the sheet changed during the alert-mark write: {line}")
         except StoreError as exc:
             self._note(f"alert sent but alerted_at not written ({exc}); it may be sent again")
-
-
-def summary_line(summary: RunSummary) -> str:
-    """``processed 12: 9 done, 2 retry, 1 failed, …`` — one line for cron mail."""
-    if summary.locked:
-        return f"sheetq: skipped: {summary.locked}"
-    parts = [f"{summary.done} done", f"{summary.retry} retry", f"{summary.failed} failed"]
-    for name in ("skipped", "recovered", "expired", "requeued", "released"):
-        value = getattr(summary, name)
-        if value:
-            parts.append(f"{value} {name}")
-    waiting = sum(summary.without_handler.values())
-    if waiting:
-        kinds = ", ".join(f"{t}: {n}" for t, n in sorted(summary.without_handler.items()))
-        parts.append(f"{waiting} waiting without handler ({kinds})")
-    if summary.alerts_sent:
-        parts.append(f"{summary.alerts_sent} alerted")
-    if summary.alerts_owed:
-        parts.append(plural(summary.alerts_owed, "alert") + " owed")
-    for name, why in summary.open_circuits.items():
-        parts.append(f"circuit open for {name}: {why}")
-    batches = f"{summary.batches} batch" + ("es" if summary.batches != 1 else "")
-    return (
-        f"sheetq: {summary.claimed} claimed in {batches} in {summary.seconds:.1f}s: "
-        + ", ".join(parts)
-    )
-
-
-def dumps(doc: dict[str, Any]) -> str:
-    return json.dumps(doc, ensure_ascii=False, sort_keys=False)
