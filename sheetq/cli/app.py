@@ -125,13 +125,14 @@ app.command()(manage.init)
 
 
 def _register_lazy() -> None:
-    from sheetq.cli import alert, archive, demo, doctor, stats
+    from sheetq.cli import alert, archive, demo, doctor, stats, worker
 
     app.command()(archive.archive)
     app.command()(stats.stats)
     app.command()(alert.alert)
     app.command()(doctor.doctor)
     app.command()(demo.demo)
+    app.command()(worker.worker)
 
 
 _register_lazy()

@@ -25,7 +25,7 @@ import psycopg
 from sheetq.config import Settings
 from sheetq.model import QUEUE_COLUMNS, Event
 from sheetq.postgres.codec import values_from_record
-from sheetq.queue import BatchPlan, QueueRow, log_row, parse_rows, plan_batch
+from sheetq.queue import BatchPlan, log_row, parse_rows, plan_batch
 from sheetq.store.base import AppendRow, ChangeSet, Row, WorkbookInfo
 
 if TYPE_CHECKING:
