@@ -35,15 +35,16 @@ if TYPE_CHECKING:
 RECOVER_LIMIT = 100  # expired leases recovered per claim transaction (the rest: next claim)
 OWED_LIMIT = 10_000  # failed rows one alert digest covers at most (the rest: next digest)
 
-_EXPIRED_SQL = (
-    "SELECT * FROM sheetq_tasks WHERE queue = %s AND status = 'processing'"
-    " AND (lease_until IS NULL OR lease_until <= %s){types}"
-    " ORDER BY lease_until NULLS FIRST, created_at, task_id LIMIT %s{lock}"
-)
-_DUE_SQL = (
-    "SELECT * FROM sheetq_tasks WHERE queue = %s AND status IN ('pending', 'retry')"
-    " AND (next_retry_at IS NULL OR next_retry_at <= %s) AND type = ANY(%s)"
-    " ORDER BY created_at, task_id LIMIT %s{lock}"
+# The rows a claim looks at, locked in one statement: leases that ran out (recovery), and
+# the oldest due waiting tasks of runnable types.
+_CLAIM_SQL = (
+    "WITH expired AS (SELECT * FROM sheetq_tasks WHERE queue = %(queue)s"
+    " AND status = 'processing' AND (lease_until IS NULL OR lease_until <= %(now)s){types}"
+    " ORDER BY lease_until NULLS FIRST, created_at, task_id LIMIT %(recover)s{lock}),"
+    " due AS (SELECT * FROM sheetq_tasks WHERE queue = %(queue)s"
+    " AND status IN ('pending', 'retry') AND (next_retry_at IS NULL OR next_retry_at <= %(now)s)"
+    " AND type = ANY(%(runnable)s) ORDER BY created_at, task_id LIMIT %(limit)s{lock})"
+    " SELECT * FROM expired UNION ALL SELECT * FROM due"
 )
 _LOCK = " FOR UPDATE SKIP LOCKED"
 
@@ -91,16 +92,17 @@ def claim(
     queue = store.queue
     runnable = runnable_types(settings, types, open_circuits)
     lock = "" if dry_run else _LOCK
-    type_filter = " AND type = ANY(%s)" if types else ""
-    expired_params: list[Any] = [queue, now, *([list(types)] if types else []), RECOVER_LIMIT]
+    query = _CLAIM_SQL.format(types=" AND type = ANY(%(types)s)" if types else "", lock=lock)
+    params = {
+        "queue": queue,
+        "now": now,
+        "types": list(types),
+        "recover": RECOVER_LIMIT,
+        "runnable": runnable,
+        "limit": max(0, batch_size),
+    }
     with store.transaction() as conn:
-        records = list(
-            conn.execute(_EXPIRED_SQL.format(types=type_filter, lock=lock), expired_params)
-        )
-        if runnable and batch_size > 0:
-            records += conn.execute(
-                _DUE_SQL.format(lock=lock), (queue, now, runnable, batch_size)
-            ).fetchall()
+        records = conn.execute(query, params).fetchall()
         rows = parse_rows(_rows(records), UTC, "en_US")
         plan = plan_batch(
             rows,
@@ -137,6 +139,10 @@ def without_handler(store: PgStore, settings: Settings, types: Sequence[str]) ->
 class _Missed(Exception):
     """The fenced update found no row under this run's lease: roll the outcome back."""
 
+    def __init__(self, missing: list[str]) -> None:
+        super().__init__(", ".join(missing))
+        self.missing = set(missing)
+
 
 def settle(store: PgStore, changes: ChangeSet, run_id: str) -> bool:
     """Commit one task's outcome (``sheetq.queue.complete``'s change set) if the row still
@@ -154,16 +160,22 @@ def release(store: PgStore, changes: ChangeSet, run_id: str) -> bool:
 
 
 def _fenced(store: PgStore, changes: ChangeSet, run_id: str, *, refuse: bool) -> bool:
-    with store.transaction() as conn:
-        try:
-            with conn.transaction():  # a savepoint: a miss undoes the outcome only
-                result = store.apply_in(conn, changes, fence=run_id)
-                if result.missing:
-                    raise _Missed
-        except _Missed:
-            if refuse:
-                _log_refusal(store, conn, changes, set(result.missing), run_id)
-            return False
+    """The fenced Queue updates first; the log rows only once they all landed (one
+    transaction; a miss rolls it all back)."""
+    fenced = ChangeSet(updates=list(changes.updates))
+    rest = ChangeSet(appends=list(changes.appends), deletes=list(changes.deletes))
+    try:
+        with store.transaction() as conn:
+            result = store.apply_in(conn, fenced, fence=run_id)
+            if result.missing:
+                raise _Missed(result.missing)
+            if rest:
+                store.apply_in(conn, rest)
+    except _Missed as missed:
+        if refuse:
+            with store.transaction() as conn:
+                _log_refusal(store, conn, changes, missed.missing, run_id)
+        return False
     return True
 
 
