@@ -29,14 +29,13 @@ def worker(
         typer.Option("--type", "-t", metavar="TYPE", help="Only these task types (repeatable)."),
     ] = None,
     poll: Annotated[
-        float,
+        str,
         typer.Option(
             "--poll",
-            min=0.05,
-            help="Seconds between looks for due retries and expired leases when no "
-            "notification comes (default 1).",
+            help="How often to look for due retries and expired leases when no "
+            "notification comes (e.g. 1s, 0.5s; at least 0.1s).",
         ),
-    ] = 1.0,
+    ] = "1s",
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="Print nothing unless the worker breaks.")
     ] = False,
@@ -58,7 +57,14 @@ def worker(
     """
     from sheetq.cli.app import state
     from sheetq.cli.process import _check_types
+    from sheetq.times import parse_duration
 
+    try:
+        every = parse_duration(poll, what="--poll", require_unit=True)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if every < 0.1:
+        raise UsageError(f"--poll: {poll!r} is shorter than 0.1s")
     settings = state.settings()
     if not settings.database_url:
         raise UsageError(
@@ -85,7 +91,7 @@ def worker(
         notifier=notifier,
         concurrency=concurrency,
         types=tuple(types or ()),
-        poll=poll,
+        poll=every,
     )
     with _signals(runner.stop):
         summary = runner.run()

@@ -135,7 +135,7 @@ def test_enqueued_task_starts_within_a_second(
 ) -> None:
     """An idle worker (polling only every 30 s) is woken by NOTIFY: a task starts within 1 s."""
     write_config('[types.job]\npython = "wh:run"\n')
-    proc = spawn("--poll", "30")
+    proc = spawn("--poll", "30s")
     _ready(proc)
     time.sleep(0.3)  # the worker is idle in its wait
     delays = []
