@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -165,3 +167,40 @@ def test_two_runs_at_once_claim_each_task_once(pg_url: str, tmp_path: Path) -> N
     assert all(d["done"] > 0 for d in docs)  # both runs took part
     book = PgBook(pg_url)
     assert {r["status"] for r in book.records()} == {"done"}
+
+
+@pytest.mark.slow
+def test_sigterm_ends_the_running_tasks_lease_now(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGTERM mid-task: exit 143, the task's lease ends now, the next run recovers it at once."""
+    _at(monkeypatch, NOW)
+    began = tmp_path / "began"
+    slow = handler_script(
+        tmp_path,
+        "slow",
+        f"import pathlib, sys, time\nsys.stdin.read()\npathlib.Path({str(began)!r}).touch()\n"
+        "time.sleep(30)\n",
+    )
+    write_config(f"[types.job]\ncommand = {slow}\nidempotent = true\n")
+    task = _enqueue({"n": 1})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sheetq", "process"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
+    )
+    deadline = datetime.now(UTC) + timedelta(seconds=20)
+    while not began.exists():
+        assert datetime.now(UTC) < deadline and proc.poll() is None
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 143, err
+    assert task in err and "outcome is unknown" in err
+    row = PgBook(pg_url).row_of(task)
+    assert (row["status"], row["lease_until"]) == ("processing", "2026-01-05T09:00:00Z")
+    doc = run_cli(["process", "--json"]).json()  # same instant: the lease has ended
+    assert doc["recovered"] == 1
+    assert PgBook(pg_url).row_of(task)["status"] == "retry"
