@@ -14,6 +14,10 @@ from each row's ``event`` and ``status``:
   ``recovered`` rows whose status is ``failed``; ``expired`` is also given on its own;
 * ``skipped``: ``skipped`` rows.
 
+A ``done``/``retry``/``failed``/``skipped`` row whose status is not its event is a late
+outcome that PostgreSQL refused (its lease had run out and another run recovered the task,
+DESIGN.md §11): it records what the attempt said, not a transition, and counts nowhere.
+
 Rates are floats in 0..1, ``None`` without data: ``success_rate`` = done / finished and
 ``dead_letter_rate`` = failed / finished, where finished = done + failed + skipped;
 ``retry_rate`` = retry / claimed.
@@ -56,6 +60,7 @@ ARCHIVE_COLUMNS = ("task_id", "status", "error_class")
 UNRECORDED = "unrecorded"
 _WAITING_TEXT = frozenset(str(s) for s in WAITING)
 _OTHER_TEXT = frozenset(str(s) for s in Status if s not in WAITING)
+_OUTCOMES = frozenset({"done", "retry", "failed", "skipped"})
 _SIMPLE = frozenset({"enqueued", "duplicate", "conflict", "claimed", "skipped", "requeued"})
 _BLOCKS = " ▁▂▃▄▅▆▇█"
 
@@ -216,6 +221,8 @@ def compute(
                 enqueued_at[task] = key
         if key < start:
             continue
+        if event in _OUTCOMES and _text(values.get("status")).lower() != event:
+            continue  # a late outcome refused after its lease ran out (§11): not a transition
         events[event] += 1
         if event in _SIMPLE:
             continue

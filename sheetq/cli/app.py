@@ -122,17 +122,18 @@ app.command()(inspect.show)
 app.command()(manage.requeue)
 app.command()(manage.skip)
 app.command()(manage.init)
-app.command()(__import__("sheetq.cli.migrate", fromlist=["_"]).migrate)
 
 
 def _register_lazy() -> None:
-    from sheetq.cli import alert, archive, demo, doctor, mirror, stats
+    from sheetq.cli import alert, archive, demo, doctor, migrate, mirror, stats, worker
 
     app.command()(archive.archive)
     app.command()(stats.stats)
     app.command()(alert.alert)
     app.command()(doctor.doctor)
     app.command()(demo.demo)
+    app.command()(worker.worker)
+    app.command()(migrate.migrate)
     app.command()(mirror.mirror)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -67,7 +67,8 @@ def process(
       sheetq process --type lead --batch-size 50 --json
     """
     from sheetq.cli.app import state
-    from sheetq.runner import Runner, RunOptions, summary_line
+    from sheetq.runner import Runner
+    from sheetq.summary import RunOptions, summary_line
     from sheetq.times import parse_duration
 
     if until_empty and max_batches is not None:
@@ -95,7 +96,12 @@ def process(
         notifier = make_notifier(settings, verbose=state.verbose)
     store = state.store()
     show_progress = not (as_json or quiet) and err().is_terminal
-    runner = Runner(
+    runner_class: Any = Runner
+    if settings.database_url:  # PostgreSQL: claims and settles per task (DESIGN.md §11)
+        from sheetq.postgres.runner import PgRunner
+
+        runner_class = PgRunner
+    runner = runner_class(
         store,
         settings,
         clock=state.clock(),
@@ -125,7 +131,7 @@ def process(
             echo(summary_line(summary))
             return
         rows = [
-            (w["task_id"], w["type"], w["status"], w["attempt"], w["row"])
+            (w["task_id"], w["type"], w["status"], w["attempt"], w["row"] or "")
             for w in summary.would_claim
         ]
         table(

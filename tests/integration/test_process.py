@@ -10,6 +10,8 @@ import pytest
 
 from tests.conftest import Book, handler_script, run_cli, write_config
 
+ON_POSTGRES = True  # the behavioural suite: also runs on PostgreSQL (DESIGN.md §11)
+
 NOW = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 COUNTER = """
 import json, os, sys, pathlib
@@ -30,6 +32,11 @@ def _fake_clock(monkeypatch: pytest.MonkeyPatch) -> None:
 
     clock = FakeClock(NOW)
     monkeypatch.setattr("sheetq.cli._context.clock_from_env", lambda: clock)
+
+
+def _on_pg(book: Book) -> bool:
+    """The book is a PostgreSQL queue (conftest may be imported under two names)."""
+    return type(book).__name__ == "PgBook"
 
 
 def _enqueue(payload: dict[str, object], task_type: str = "job") -> str:
@@ -188,7 +195,9 @@ def test_auth_opens_circuit_and_releases_claimed(
     crm = [_enqueue({"n": i}, "crm") for i in range(3)]
     other = _enqueue({"n": 9}, "other")
     doc = run_cli(["process", "--batch-size", "10", "--json"]).json()
-    assert doc["failed"] == 1 and doc["done"] == 1 and doc["released"] == 2
+    assert doc["failed"] == 1 and doc["done"] == 1
+    # PostgreSQL claims a task only as it starts it (§11): nothing claimed, nothing to release
+    assert doc["released"] == (0 if _on_pg(book) else 2)
     assert "crm" in doc["open_circuits"]
     assert book.row_of(crm[0])["status"] == "failed"
     for task in crm[1:]:
@@ -208,7 +217,7 @@ def test_breaker_opens_after_consecutive_transient(
     for i in range(5):
         _enqueue({"n": i})
     doc = run_cli(["process", "--batch-size", "10", "--json"]).json()
-    assert doc["retry"] == 2 and doc["released"] == 3
+    assert doc["retry"] == 2 and doc["released"] == (0 if _on_pg(book) else 3)
     assert "2 consecutive transient failures" in doc["open_circuits"]["job"]
 
 
@@ -296,6 +305,8 @@ def test_type_filter_and_dry_run(book: Book, tmp_path: Path) -> None:
 
 def test_racing_duplicate_rows_resolved_to_skipped(book: Book, tmp_path: Path) -> None:
     """Two rows with one key (racing enqueues): the earliest runs, the other is skipped."""
+    if _on_pg(book):
+        pytest.skip("PostgreSQL's key constraint makes two tasks with one key impossible")
     write_config(f"[types.job]\ncommand = {_exit_handler(tmp_path, 'ok', 0)}\n")
     first = _enqueue({"order_id": 5})
     rows = book.records()
@@ -397,11 +408,13 @@ def test_max_runtime_releases_unstarted_and_claims_no_new_batch(
     doc = run_cli(
         ["process", "--batch-size", "5", "--until-empty", "--max-runtime", "2.5s", "--json"]
     ).json()
-    assert (doc["batches"], doc["done"], doc["released"]) == (1, 4, 1)
+    on_pg = _on_pg(book)  # PostgreSQL claims as it starts: nothing to release
+    assert (doc["batches"], doc["done"], doc["released"]) == (1, 4, 0 if on_pg else 1)
     statuses = [book.row_of(t)["status"] for t in ids]
     assert statuses == ["done"] * 4 + ["pending"] * 3
     assert book.row_of(ids[4])["retry_count"] == "0"
-    assert "max-runtime" in book.log(ids[4])[-1]["message"]
+    if not on_pg:
+        assert "max-runtime" in book.log(ids[4])[-1]["message"]
     assert_log_matches_queue(book)
 
 
@@ -442,6 +455,8 @@ def test_unparseable_next_retry_at_is_due_and_warned(
 ) -> None:
     """A next_retry_at a person typed as 'not a date': the row runs (counted as due), and
     both `status` and `process` say so on stderr (DESIGN.md §2)."""
+    if _on_pg(book):
+        pytest.skip("a PostgreSQL timestamptz cannot hold text a person typed into a cell")
     write_config(f"[types.job]\ncommand = {_exit_handler(tmp_path, 'ok', 0)}\n")
     task = _enqueue({"n": 1})
     row = int(book.row_of(task)["_row"])

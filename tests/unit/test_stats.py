@@ -269,3 +269,15 @@ def test_two_hundred_thousand_rows_are_counted_exactly() -> None:
     assert (stats.enqueued, stats.duplicate, stats.claimed) == (50_000, 50_000, 50_000)
     assert (stats.done, stats.failed) == (45_000, 5_000)
     assert stats.as_json()["p95_seconds"] == 6
+
+
+def test_refused_late_outcome_counts_nowhere() -> None:
+    """A `done` row whose status is `retry` (a late outcome PostgreSQL refused) is no `done`."""
+    rows = _log(
+        (60, "a", "enqueued", "pending"),
+        (59, "a", "claimed", "processing"),
+        (30, "a", "recovered", "retry"),
+        (29, "a", "done", "retry"),  # the first attempt's outcome, after its lease ran out
+    )
+    stats = compute(rows, [], since=SINCE, now=NOW)
+    assert (stats.done, stats.retry) == (0, 1)

@@ -1,0 +1,126 @@
+"""``sheetq worker``: run handlers continuously on a PostgreSQL queue (DESIGN.md §11)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Annotated
+
+import typer
+
+from sheetq.cli._output import echo, warn
+from sheetq.errors import UsageError
+
+
+def worker(
+    concurrency: Annotated[
+        int,
+        typer.Option(
+            "--concurrency",
+            "-c",
+            min=1,
+            max=256,
+            help="Handlers run at once (threads; each with its own database connection).",
+        ),
+    ] = 1,
+    types: Annotated[
+        list[str] | None,
+        typer.Option("--type", "-t", metavar="TYPE", help="Only these task types (repeatable)."),
+    ] = None,
+    poll: Annotated[
+        str,
+        typer.Option(
+            "--poll",
+            help="How often to look for due retries and expired leases when no "
+            "notification comes (e.g. 1s, 0.5s; at least 0.1s).",
+        ),
+    ] = "1s",
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Print nothing unless the worker breaks.")
+    ] = False,
+) -> None:
+    """Run tasks as they arrive, until SIGTERM or Ctrl-C (PostgreSQL only).
+
+    Woken by LISTEN/NOTIFY when a task is enqueued (it starts within a second), polls every
+    second for due retries and expired leases. Claims only as many tasks as it has free
+    handler slots. SIGTERM/SIGINT: claim nothing more, let running handlers finish within
+    their timeout, release unstarted tasks, exit 0 (a second signal stops at once; the
+    running tasks are then recovered per on_unknown when their leases end). Any number of
+    workers and `sheetq process` runs, on any number of hosts, can share one queue.
+
+    Examples:
+
+      sheetq worker --concurrency 4
+
+      sheetq -v worker --type lead --type order
+    """
+    from sheetq.cli.app import state
+    from sheetq.cli.process import _check_types
+    from sheetq.times import parse_duration
+
+    try:
+        every = parse_duration(poll, what="--poll", require_unit=True)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if every < 0.1:
+        raise UsageError(f"--poll: {poll!r} is shorter than 0.1s")
+    settings = state.settings()
+    if not settings.database_url:
+        raise UsageError(
+            "sheetq worker needs PostgreSQL: set SHEETQ_DATABASE_URL (or --database-url); "
+            "on a spreadsheet, run `sheetq process` from cron instead"
+        )
+    quiet = quiet or state.quiet
+    _check_types(types or (), settings)
+    notifier = None
+    if settings.telegram.enabled:
+        from sheetq.alerts import make_notifier
+
+        notifier = make_notifier(settings, verbose=state.verbose)
+    elif not quiet:
+        missing = "TELEGRAM_BOT_TOKEN" if not settings.telegram.token else "TELEGRAM_CHAT_ID"
+        warn(f"alerts are off: {missing} is not set; failed tasks stay owed")
+    from sheetq.postgres.worker import PgWorker
+    from sheetq.summary import summary_line
+
+    runner = PgWorker(
+        settings,
+        clock=state.clock(),
+        rng=state.rng(),
+        notifier=notifier,
+        concurrency=concurrency,
+        types=tuple(types or ()),
+        poll=every,
+    )
+    with _signals(runner.stop):
+        summary = runner.run()
+    if not quiet or (notifier is not None and summary.alerts_owed):
+        for note in summary.notes:
+            warn(note)
+    if not quiet:
+        line = summary_line(summary).replace("sheetq: ", f"sheetq worker: {runner.stopped}: ", 1)
+        echo(line)
+
+
+@contextmanager
+def _signals(stop: Callable[[str], None]) -> Iterator[None]:
+    """SIGTERM and SIGINT call ``stop(name)``; a second one exits at once (code 128 + the
+    signal, like a kill: running tasks are recovered when their leases end). The previous
+    handlers come back on exit."""
+    import signal
+
+    seen: list[int] = []
+
+    def handle(signum: int, _frame: object) -> None:
+        if seen:
+            os._exit(128 + signum)
+        seen.append(signum)
+        stop(signal.Signals(signum).name)
+
+    old = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, previous in old.items():
+            signal.signal(sig, previous)

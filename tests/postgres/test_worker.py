@@ -1,0 +1,212 @@
+"""`sheetq worker` (DESIGN.md §11): concurrency, LISTEN/NOTIFY wake-up, graceful SIGTERM,
+and a kill -9 that leaves only started tasks outcome-unknown."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import PgBook, run_cli, write_config
+
+pytestmark = pytest.mark.postgres
+
+# A python handler that notes when each task started (epoch seconds), then does its work.
+HANDLER = """
+import os, time
+def run(task):
+    with open(os.environ["STARTS"], "a") as f:
+        f.write(f"{task.task_id} {time.time()}\\n")
+    while os.path.exists(os.environ.get("BLOCK", "/nonexistent")):
+        time.sleep(0.05)
+    time.sleep(float(task.payload.get("sleep", 0)))
+    return "ok"
+"""
+
+
+@pytest.fixture
+def starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The file the handler appends "task_id start_time" to; handlers in `wh.py`."""
+    path = tmp_path / "starts.txt"
+    monkeypatch.setenv("STARTS", str(path))
+    Path("wh.py").write_text(HANDLER, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def spawn() -> Iterator[Callable[..., subprocess.Popen[str]]]:
+    """Start `sheetq worker ARGS` in a subprocess; killed at teardown if still running."""
+    procs: list[subprocess.Popen[str]] = []
+
+    def start(*args: str) -> subprocess.Popen[str]:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sheetq", "-v", "worker", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=dict(os.environ),
+        )
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def _ready(proc: subprocess.Popen[str]) -> None:
+    """Wait for the worker's "up to N handler(s)" line (it logs with -v)."""
+    assert proc.stderr is not None
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if "handler(s) on queue" in line:
+            return
+        assert line or proc.poll() is None, "worker exited before it was ready"
+    raise AssertionError("worker not ready")
+
+
+def _wait_for(check: Callable[[], bool], seconds: float = 20) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.02)
+
+
+def _started(starts: Path) -> dict[str, float]:
+    if not starts.exists():
+        return {}
+    out: dict[str, float] = {}
+    for line in starts.read_text().splitlines():
+        task, at = line.split()
+        out[task] = float(at)
+    return out
+
+
+def _enqueue_many(n: int, payload: dict[str, object], task_type: str = "job") -> list[str]:
+    lines = "\n".join(json.dumps({**payload, "n": i}) for i in range(n))
+    r = run_cli(["enqueue", task_type, "--jsonl", "-", "--json"], input=lines)
+    assert r.code == 0, r.stderr
+    return [x["task_id"] for x in r.json()["results"]]
+
+
+def test_worker_needs_postgres(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a spreadsheet backend `sheetq worker` exits 2 and points at cron + process."""
+    monkeypatch.setenv("SHEETQ_SPREADSHEET", f"local:{tmp_path / 'book.db'}")
+    r = run_cli(["worker"])
+    assert r.code == 2
+    assert "SHEETQ_DATABASE_URL" in r.stderr and "sheetq process" in r.stderr
+
+
+@pytest.mark.slow
+def test_concurrency_runs_handlers_in_parallel(
+    pg_url: str, starts: Path, spawn: Callable[..., subprocess.Popen[str]]
+) -> None:
+    """--concurrency 4 runs 40 tasks of 0.2 s in well under 40 × 0.2 s, each once."""
+    write_config('[types.job]\npython = "wh:run"\n')
+    ids = _enqueue_many(40, {"sleep": 0.2})
+    began = time.monotonic()
+    proc = spawn("--concurrency", "4")
+    book = PgBook(pg_url)
+    _wait_for(lambda: {r["status"] for r in book.records()} == {"done"})
+    elapsed = time.monotonic() - began
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert elapsed < 5.0, elapsed  # 8 s one at a time; 2 s + start-up with 4 at once
+    assert sorted(_started(starts)) == sorted(ids)
+    assert "40 done" in out
+    assert "claimed" in err  # -v logs the claims
+
+
+@pytest.mark.slow
+def test_enqueued_task_starts_within_a_second(
+    pg_url: str, starts: Path, spawn: Callable[..., subprocess.Popen[str]]
+) -> None:
+    """An idle worker (polling only every 30 s) is woken by NOTIFY: a task starts within 1 s."""
+    write_config('[types.job]\npython = "wh:run"\n')
+    proc = spawn("--poll", "30s")
+    _ready(proc)
+    time.sleep(0.3)  # the worker is idle in its wait
+    delays = []
+    for i in range(3):
+        sent = time.time()
+        (task,) = _enqueue_many(1, {"i": i})
+        _wait_for(lambda task=task: task in _started(starts), seconds=5)  # type: ignore[misc]
+        delays.append(_started(starts)[task] - sent)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=20)
+    assert proc.returncode == 0
+    assert max(delays) < 1.0, delays
+
+
+@pytest.mark.slow
+def test_sigterm_finishes_running_and_releases_unstarted(
+    pg_url: str, tmp_path: Path, starts: Path, spawn: Callable[..., subprocess.Popen[str]]
+) -> None:
+    """SIGTERM: the running handler finishes and settles, tasks waiting for their start
+    (rate limit) go back without an attempt, exit 0."""
+    write_config('[types.job]\npython = "wh:run"\nrate_limit = "1/min"\n')
+    ids = _enqueue_many(3, {"sleep": 0.5})
+    proc = spawn("--concurrency", "3")
+    _wait_for(lambda: len(_started(starts)) == 1)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    book = PgBook(pg_url)
+    (first,) = _started(starts)
+    assert book.row_of(first)["status"] == "done"
+    for task in (t for t in ids if t != first):
+        row = book.row_of(task)
+        assert (row["status"], row["retry_count"], row["lease_owner"]) == ("pending", "0", "")
+        assert "the worker is stopping" in book.log(task)[-1]["message"]
+    assert "2 released" in out and "SIGTERM" in out
+
+
+@pytest.mark.slow
+def test_kill9_leaves_only_started_tasks_unknown(
+    pg_url: str,
+    tmp_path: Path,
+    starts: Path,
+    spawn: Callable[..., subprocess.Popen[str]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """kill -9 of a worker: after the lease, only the tasks whose handler started are
+    recovered as lost outcomes; the others run as first attempts."""
+    block = tmp_path / "block"
+    block.touch()
+    monkeypatch.setenv("BLOCK", str(block))
+    write_config('[types.job]\npython = "wh:run"\n')
+    ids = _enqueue_many(5, {})
+    proc = spawn("--concurrency", "2")
+    _wait_for(lambda: len(_started(starts)) == 2)
+    proc.kill()
+    proc.communicate(timeout=20)
+    block.unlink()
+    running = set(_started(starts))
+    book = PgBook(pg_url)
+    assert {t for t in ids if book.row_of(t)["status"] == "processing"} == running
+    later = datetime.now(UTC) + timedelta(hours=1)  # every lease has run out by then
+    monkeypatch.setenv("SHEETQ_NOW", later.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    doc = run_cli(["process", "--until-empty", "--json"]).json()
+    assert (doc["recovered"], doc["done"]) == (2, 3)
+    for task in ids:
+        row = book.row_of(task)
+        if task in running:  # not idempotent: a lost outcome goes to a person
+            assert (row["status"], row["error_class"], row["retry_count"]) == (
+                "failed",
+                "unknown",
+                "1",
+            )
+        else:
+            assert (row["status"], row["retry_count"]) == ("done", "0")
