@@ -370,3 +370,10 @@ class Store(Protocol):
     def link(self, info: WorkbookInfo, worksheet: str, row: int, task_id: str) -> str:
         """Where a person finds the row: a URL for Google, the task id for local."""
         ...
+
+
+def has_positions(store: object) -> bool:
+    """Whether the store's rows have sheet positions (row numbers a person sees): true for a
+    spreadsheet and the local workbook, false for PostgreSQL (``PgStore.has_positions``),
+    whose reports print ``row: null``."""
+    return bool(getattr(store, "has_positions", True))

@@ -15,6 +15,8 @@ import pytest
 
 from tests.conftest import Book, GoogleBook, handler_script, make_google, run_cli, write_config
 
+ON_POSTGRES = True  # the behavioural suite: also runs on PostgreSQL (DESIGN.md §10)
+
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 HANDLER = (
     "import json, sys\n"

@@ -10,6 +10,8 @@ import pytest
 from tests.conftest import Book, run_cli, write_config
 
 
+ON_POSTGRES = True  # the behavioural suite: also runs on PostgreSQL (DESIGN.md §10)
+
 def _one_line(stderr: str) -> str:
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert len(lines) == 1, stderr

@@ -24,6 +24,8 @@ from tests.conftest import (
 )
 from tests.fakes.telegram_fake import FORUM_CHAT_ID, FakeBotAPI
 
+ON_POSTGRES = True  # the behavioural suite: also runs on PostgreSQL (DESIGN.md §10)
+
 OK = "import sys\nsys.stdin.read()\nprint('ok')\n"
 WRONG_TOKEN = "654321:WRONG-token_abcdefghijklmnopqrstuvwxyz9876"
 SA_EMAIL = "sheetq-bot@acme-ops.iam.gserviceaccount.com"

@@ -10,6 +10,8 @@ import pytest
 from sheetq.idempotency import canonical_json
 from tests.conftest import SHARED, Book, run_cli
 
+ON_POSTGRES = True  # the behavioural suite: also runs on PostgreSQL (DESIGN.md §10)
+
 LEADS = SHARED / "data" / "leads.jsonl"
 WEBHOOKS = SHARED / "data" / "github-webhooks"
 needs_shared = pytest.mark.skipif(not LEADS.exists(), reason="../shared/data is not here")

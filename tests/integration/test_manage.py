@@ -12,6 +12,8 @@ from sheetq.model import QUEUE_COLUMNS
 from tests.conftest import Book, handler_script, run_cli, write_config
 from tests.integration.test_process import assert_log_matches_queue
 
+ON_POSTGRES = True  # the behavioural suite: also runs on PostgreSQL (DESIGN.md §10)
+
 NOW = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 FAIL = "import sys\nsys.stdin.read()\nsys.stderr.write('no such product')\nsys.exit(65)\n"
 OK = "import sys\nsys.stdin.read()\nprint('ok')\n"
