@@ -9,7 +9,6 @@ import pytest
 
 from tests.conftest import Book, run_cli, write_config
 
-
 ON_POSTGRES = True  # the behavioural suite: also runs on PostgreSQL (DESIGN.md §10)
 
 def _one_line(stderr: str) -> str:
