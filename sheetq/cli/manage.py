@@ -285,7 +285,7 @@ def _change(  # type: ignore[no-untyped-def]
     from sheetq.cli.app import state
     from sheetq.queue import SCAN_COLUMNS, parse_rows
     from sheetq.schema import check_schema
-    from sheetq.store.base import Read, has_positions
+    from sheetq.store.base import Read, apply_as_read
     from sheetq.times import zone
 
     settings = state.settings()
@@ -298,9 +298,7 @@ def _change(  # type: ignore[no-untyped-def]
     unknown = sorted(set(task_ids) - {r.task_id for r in rows})
     refused = sorted(set(task_ids) - set(unknown) - {r.task_id for r in picked})
     if not dry_run and changes:
-        # PostgreSQL: only rows still as read (a worker may claim one meanwhile); a sheet
-        # re-locates rows itself, and a baseline would spare that read
-        result = store.apply(changes, baseline=() if has_positions(store) else (snap,))
+        result = apply_as_read(store, changes, (snap,))  # PostgreSQL: rows still as read
         gone = set(result.missing)
         picked = [r for r in picked if r.task_id not in gone]
     done_word = {"requeue": "requeued", "skip": "skipped"}[verb]

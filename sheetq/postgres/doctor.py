@@ -55,7 +55,7 @@ def _checks(conn: psycopg.Connection[Any], settings: Settings, where: str) -> li
     checks.append(fine("schema", f"version {have}, as this sheetq expects"))
     queue = settings.queue_sheet
     with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
-        counts = dict(
+        counts: dict[str, int] = dict(
             cur.execute(
                 "SELECT status, count(*) FROM sheetq_tasks WHERE queue = %s GROUP BY status",
                 (queue,),

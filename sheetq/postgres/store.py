@@ -196,12 +196,17 @@ class PgStore:
             return self._info(conn), [self._read(conn, r) for r in reads]
 
     def apply(self, changes: ChangeSet, *, baseline: Sequence[Snapshot] = ()) -> ApplyResult:
-        """Apply ``changes`` in one transaction. ``baseline``: the snapshots they were planned
-        from; a Queue row whose status changed since (a worker claimed it, a manager
-        requeued it) is then left alone and reported ``missing``, with its log rows."""
+        with self.transaction() as conn:
+            return self.apply_in(conn, changes)
+
+    def apply_as_read(self, changes: ChangeSet, read: Sequence[Snapshot]) -> ApplyResult:
+        """Apply ``changes`` planned from ``read`` (a fresh read of Queue) in one transaction,
+        each Queue row only while its status is still the one read: a task a worker claimed
+        or a person requeued meanwhile is left alone and reported ``missing``, with its log
+        rows (``sheetq.store.base.apply_as_read``)."""
         expect = {
             str(row.values["task_id"]): str(row.values["status"])
-            for snap in baseline
+            for snap in read
             if snap.worksheet == self.queue
             for row in snap.rows
             if "task_id" in row.values and "status" in row.values
@@ -254,21 +259,21 @@ class PgStore:
             if delete.key is None:
                 result.missing.append("")
                 continue
-            guard, params = _guard(table, delete.key, expect)
+            guard, extra = _guard(table, delete.key, expect)
             query = sql.SQL("DELETE FROM {} WHERE queue = %s AND task_id = %s{}").format(
                 sql.Identifier(table.name), guard
             )
-            if conn.execute(query, (self.queue, delete.key, *params)).rowcount == 0:
+            if conn.execute(query, (self.queue, delete.key, *extra)).rowcount == 0:
                 result.missing.append(delete.key)
         for move in changes.moves:
             source, dest = self.table(move.worksheet), self.table(move.to)
             cols = sql.SQL(", ").join(sql.Identifier(c) for c in source.columns)
-            guard, params = _guard(source, move.key, expect)
+            guard, extra = _guard(source, move.key, expect)
             query = sql.SQL(
                 "WITH moved AS (DELETE FROM {} WHERE queue = %s AND task_id = %s{} RETURNING *) "
                 "INSERT INTO {} (queue, {}) SELECT queue, {} FROM moved RETURNING task_id"
             ).format(sql.Identifier(source.name), guard, sql.Identifier(dest.name), cols, cols)
-            if conn.execute(query, (self.queue, move.key, *params)).fetchone():
+            if conn.execute(query, (self.queue, move.key, *extra)).fetchone():
                 result.moved.append(move.key)
             else:
                 result.missing.append(move.key)
