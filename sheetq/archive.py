@@ -51,6 +51,7 @@ from sheetq.store.base import (
     Read,
     Store,
     WorkbookInfo,
+    apply_as_read,
     cell_text,
 )
 from sheetq.times import parse_ts, zone
@@ -369,7 +370,9 @@ def run_archive(
         first = False
         try:
             # planned from a read made moments ago: it locates the rows for the write
-            result = store.apply(chunk.changes, baseline=(queue_snap, archive_snap))
+            result = apply_as_read(
+                store, chunk.changes, (queue_snap,), baseline=(queue_snap, archive_snap)
+            )
             logged.update(r.task_id for r in chunk.rows)
             if result.misplaced:
                 back = put_back(result.misplaced, settings=settings, now=now, run_id=run_id)

@@ -13,6 +13,8 @@ alone says. The checks:
   range added and removed in one atomic ``batchUpdate``, the run lease's mechanism),
   the run lease, the spreadsheet's time zone;
 * local — the file exists and is a sheetq workbook, headers, write access;
+* PostgreSQL (``SHEETQ_DATABASE_URL``) — ``sheetq.postgres.doctor``: the server and its
+  version, the schema version, the queue's counts, a write rolled back;
 * Telegram — ``sheetq.alerts.check_telegram`` when a token is set, else "alerts off".
 
 Cost on Google: 2 Sheets API requests (4 before `sheetq init`: opening retries without the
@@ -95,6 +97,10 @@ def diagnose(
     settings, checks = check_configuration(spreadsheet=spreadsheet, config=config, env=env)
     checks += check_handlers(settings, env)
     checks.append(check_lock_dir(settings))
+    if settings.database_url:
+        from sheetq.postgres.doctor import check_postgres
+
+        checks += check_postgres(settings)
     if is_local(settings.spreadsheet):
         checks += check_local(settings)
     elif settings.spreadsheet:
@@ -136,7 +142,9 @@ def check_configuration(
         checks = [fine("configuration", detail, hint)]
     checks.append(_env_files(where))
     target = settings.spreadsheet
-    if not target:
+    if settings.database_url and not target:
+        checks.append(fine("spreadsheet", "none: the queue is in PostgreSQL (SHEETQ_DATABASE_URL)"))
+    elif not target:
         what = "no spreadsheet named: SHEETQ_SPREADSHEET is not set"
         checks.append(problem("spreadsheet", what, FIX_SPREADSHEET))
     elif is_local(target):

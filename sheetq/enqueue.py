@@ -124,6 +124,7 @@ def plan_enqueue(
     duplicates. ``widths``: worksheet → columns, for the size estimate.
     """
     seen = dict(known)
+    owners: dict[str, str] = {}  # type → its owner (type_config copies the defaults)
     results: list[Enqueued] = []
     stamp = format_ts(now)
     lines: list[tuple[AppendRow | None, AppendRow]] = []
@@ -131,7 +132,8 @@ def plan_enqueue(
         found = seen.get(task.key)
         if found is None:
             task_id = new_task_id()
-            config = settings.type_config(task.type)
+            if task.type not in owners:
+                owners[task.type] = settings.type_config(task.type).owner
             row = AppendRow(
                 settings.queue_sheet,
                 {
@@ -145,7 +147,7 @@ def plan_enqueue(
                     "idempotency_key": task.key,
                     "updated_at": stamp,
                     "payload_hash": task.payload_hash,
-                    "owner": config.owner,
+                    "owner": owners[task.type],
                 },
             )
             entry = log_row(
@@ -205,7 +207,11 @@ def _writes(
     max_bytes: int | None,
     widths: Mapping[str, int],
 ) -> list[ChangeSet]:
-    """Consecutive lines grouped into writes of at most ``max_bytes`` (a line never split)."""
+    """Consecutive lines grouped into writes of at most ``max_bytes`` (a line never split;
+    ``None``: one write, sizes not estimated)."""
+    if max_bytes is None:
+        rows = [row for row, _ in lines if row is not None]
+        return [ChangeSet(appends=rows + [entry for _, entry in lines])] if lines else []
     groups: list[list[tuple[AppendRow | None, AppendRow]]] = []
     size = 0
     for row, entry in lines:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -99,6 +100,8 @@ def archive(
                 dry_run=dry_run,
                 run_id=new_run_id("archive"),
                 lease_name=lease_name(settings.queue_sheet),
+                # PostgreSQL: one transaction, however many rows (no request cap)
+                max_bytes=sys.maxsize if settings.database_url else None,
             )
         if log_seconds is not None and not report.locked:
             logs.append(
@@ -108,7 +111,9 @@ def archive(
             )
         return report
 
-    if dry_run:
+    if dry_run or settings.database_url:
+        # PostgreSQL has no run lock: workers and archive share the queue row by row (a
+        # move applies only to a row still as read), so there is nothing to wait for
         report = run()
     else:
         from filelock import Timeout

@@ -164,12 +164,24 @@ def enqueue(
         time_limit=settings.enqueue_timeout,
         time_limit_name="SHEETQ_ENQUEUE_TIMEOUT",
     )
-    info, keys = open_for_enqueue(store, settings)  # one request on an init-made sheet
-    check_schema(info, settings, archive=True)
-    not_before = _when(delay, at, info.time_zone)
-    for task in tasks:
-        task.not_before = not_before
-    results = enqueue_tasks(store, info, settings, tasks, now=state.clock().now(), snapshots=keys)
+    if settings.database_url:  # PostgreSQL: only the batch's keys, one transaction (§11)
+        from sheetq.postgres.enqueue import enqueue as enqueue_pg
+        from sheetq.postgres.store import PgStore
+
+        assert isinstance(store, PgStore)
+        not_before = _when(delay, at, "UTC")
+        for task in tasks:
+            task.not_before = not_before
+        results = enqueue_pg(store, settings, tasks, now=state.clock().now())
+    else:
+        info, keys = open_for_enqueue(store, settings)  # one request on an init-made sheet
+        check_schema(info, settings, archive=True)
+        not_before = _when(delay, at, info.time_zone)
+        for task in tasks:
+            task.not_before = not_before
+        results = enqueue_tasks(
+            store, info, settings, tasks, now=state.clock().now(), snapshots=keys
+        )
 
     if (
         settings.config_path is not None

@@ -190,9 +190,13 @@ def _gone_runs(settings: Any, info: Any, rows: Any, now: datetime) -> list[Any]:
     )
 
 
-def _row_doc(row: Any) -> dict[str, Any]:
-    doc: dict[str, Any] = {"row": row.number}
-    doc.update({k: ("" if v is None else v) for k, v in row.values.items()})
+def _row_doc(row: Any, positions: bool = True) -> dict[str, Any]:
+    """A row as ``list``/``show`` print it: ``row`` is its sheet row, ``None`` on PostgreSQL
+    (a database row has no sheet position, DESIGN.md §11); then its cells by column."""
+    doc: dict[str, Any] = {"row": row.number if positions else None}
+    doc.update(
+        {k: ("" if v is None else v) for k, v in row.values.items() if not k.startswith("_")}
+    )
     return doc
 
 
@@ -223,7 +227,7 @@ def list_rows(
     from sheetq.cli.app import state
     from sheetq.model import Status
     from sheetq.schema import check_schema
-    from sheetq.store.base import Read
+    from sheetq.store.base import Read, has_positions
 
     wanted = set()
     for value in status_filter or ():
@@ -244,8 +248,9 @@ def list_rows(
     ]
     if limit:
         picked = picked[:limit]
+    positions = has_positions(store)
     if as_json:
-        emit_json({"rows": [_row_doc(r) for r in picked]})
+        emit_json({"rows": [_row_doc(r, positions) for r in picked]})
         return
     columns = [
         "task_id",
@@ -257,12 +262,20 @@ def list_rows(
         "last_error",
         "created_at",
     ]
-    table(
-        "",
-        ["row", *columns],
-        [[r.number] + [_short(r.text(c), 60) for c in columns] for r in picked],
-        justify_right=(0, 4),
-    )
+    if positions:
+        table(
+            "",
+            ["row", *columns],
+            [[r.number] + [_short(r.text(c), 60) for c in columns] for r in picked],
+            justify_right=(0, 4),
+        )
+    else:  # PostgreSQL: no sheet rows to point at
+        table(
+            "",
+            columns,
+            [[_short(r.text(c), 60) for c in columns] for r in picked],
+            justify_right=(3,),
+        )
     echo(f"{len(picked)} row(s)")
 
 
@@ -283,12 +296,13 @@ def show(
     """
     from sheetq.cli.app import state
     from sheetq.schema import check_schema
-    from sheetq.store.base import Read
+    from sheetq.store.base import Read, has_positions
 
     settings = state.settings()
     store = state.store()
     info = store.open()
     check_schema(info, settings)
+    positions = has_positions(store)
     reads = [Read(settings.queue_sheet), Read(settings.log_sheet)]
     has_archive = settings.archive_sheet in info.sheets
     if has_archive:
@@ -308,17 +322,17 @@ def show(
     if as_json:
         rows = []
         for sheet, row in found:
-            doc = _row_doc(row)
+            doc = _row_doc(row, positions)
             if sheet != settings.queue_sheet:
                 doc["worksheet"] = sheet
             rows.append(doc)
-        emit_json({"rows": rows, "log": [_row_doc(r) for r in history]})
+        emit_json({"rows": rows, "log": [_row_doc(r, positions) for r in history]})
         return
     for sheet, row in found:
         table(
-            f"{task_id} — {sheet} row {row.number}",
+            f"{task_id} — {sheet} row {row.number}" if positions else f"{task_id} — {sheet}",
             ["column", "value"],
-            [[k, "" if v is None else v] for k, v in row.values.items()],
+            [[k, "" if v is None else v] for k, v in row.values.items() if not k.startswith("_")],
         )
     if not found:
         echo(f"{task_id}: not in {settings.queue_sheet} (a person may have deleted the row)")

@@ -48,6 +48,9 @@ def init(
     from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS
 
     settings = state.settings()
+    if settings.database_url:
+        _init_postgres(dashboard)
+        return
     store = state.store(create=True)
     added = store.ensure_worksheets(
         {
@@ -91,6 +94,29 @@ def init(
         )
     else:
         echo(f"{info.title}: ready")
+
+
+def _init_postgres(dashboard: bool) -> None:
+    """``init`` on PostgreSQL (DESIGN.md §11 "Schema"): apply the migrations the database
+    lacks and say which, or that the schema is current. Formatting, the dashboard and the
+    adoption of Apps Script rows are things of a spreadsheet: a database has none."""
+    from sheetq.cli.app import state
+    from sheetq.postgres.store import PgStore
+
+    if dashboard:
+        raise UsageError(
+            "--dashboard builds a Dashboard worksheet in a spreadsheet; a queue in PostgreSQL "
+            "(SHEETQ_DATABASE_URL) has none: use `sheetq status` and `sheetq stats`"
+        )
+    queue = state.settings().queue_sheet
+    store = state.store()
+    assert isinstance(store, PgStore)
+    applied, version = store.upgrade_schema()
+    where = f"PostgreSQL {store.where}"
+    for number, name in applied:
+        echo(f"{where}: applied schema migration {number} ({name})")
+    state_words = "" if applied else " is current, nothing to do"
+    echo(f"{where}: schema version {version}{state_words}; queue {queue!r} ready")
 
 
 def requeue(
@@ -259,7 +285,7 @@ def _change(  # type: ignore[no-untyped-def]
     from sheetq.cli.app import state
     from sheetq.queue import SCAN_COLUMNS, parse_rows
     from sheetq.schema import check_schema
-    from sheetq.store.base import Read
+    from sheetq.store.base import Read, apply_as_read
     from sheetq.times import zone
 
     settings = state.settings()
@@ -272,7 +298,7 @@ def _change(  # type: ignore[no-untyped-def]
     unknown = sorted(set(task_ids) - {r.task_id for r in rows})
     refused = sorted(set(task_ids) - set(unknown) - {r.task_id for r in picked})
     if not dry_run and changes:
-        result = store.apply(changes)
+        result = apply_as_read(store, changes, (snap,))  # PostgreSQL: rows still as read
         gone = set(result.missing)
         picked = [r for r in picked if r.task_id not in gone]
     done_word = {"requeue": "requeued", "skip": "skipped"}[verb]

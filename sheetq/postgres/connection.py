@@ -49,10 +49,9 @@ def connect(url: str, *, autocommit: bool = False) -> psycopg.Connection[Any]:
             application_name="sheetq",
         )
     except psycopg.OperationalError as exc:
-        first = _without_secrets(str(exc), url).strip().splitlines()
-        raise StoreUnavailable(
-            f"PostgreSQL {describe(url)}: cannot connect: {first[-1] if first else exc}"
-        ) from None
+        lines = [line.strip() for line in _without_secrets(str(exc), url).splitlines()]
+        said = " ".join(line for line in lines if line) or type(exc).__name__
+        raise StoreUnavailable(f"PostgreSQL {describe(url)}: cannot connect: {said}") from None
 
 
 def _without_secrets(text: str, url: str) -> str:

@@ -207,3 +207,8 @@ def _newer(current: int) -> str:
         f"the PostgreSQL database has schema version {current}, newer than this sheetq "
         f"knows ({VERSION}): upgrade sheetq"
     )
+
+
+def installed(conn: psycopg.Connection[Any]) -> int:
+    """The schema version this database has (0: none), as ``init`` and ``doctor`` report it."""
+    return _installed(conn)

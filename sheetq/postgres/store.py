@@ -27,7 +27,7 @@ from sheetq.config import Settings
 from sheetq.errors import LeaseConflict, SchemaError, StoreError, StoreUnavailable
 from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS
 from sheetq.postgres import schema
-from sheetq.postgres.codec import to_db, values_from_record
+from sheetq.postgres.codec import INT_COLUMNS, TIME_COLUMNS, to_db, values_from_record
 from sheetq.postgres.connection import connect, describe
 from sheetq.store.base import (
     ApplyResult,
@@ -56,6 +56,38 @@ _TASKS = _Table("sheetq_tasks", QUEUE_COLUMNS, "created_at, task_id", False)
 _ARCHIVE = _Table("sheetq_archive", QUEUE_COLUMNS, "created_at, task_id", False)
 _LOG = _Table("sheetq_log", LOG_COLUMNS, "id", True)
 _LOG_ARCHIVE = _Table("sheetq_log_archive", LOG_COLUMNS, "id", True)
+
+
+def _guard(
+    table: _Table, key: str, expect: Mapping[str, str]
+) -> tuple[sql.Composable, tuple[str, ...]]:
+    """`` AND status = %s`` when the plan saw ``key``'s status (see ``PgStore.apply_in``)."""
+    if table is _TASKS and key in expect:
+        return sql.SQL(" AND status = %s"), (expect[key],)
+    return sql.SQL(""), ()
+
+
+class _Cells:
+    """New rows' cells as the database stores them (``codec.to_db``), the times of one batch
+    (mostly one stamp) parsed once."""
+
+    def __init__(self, table: _Table) -> None:
+        self.table = table
+        self.times: dict[Any, Any] = {}
+
+    def __call__(self, column: str, value: Any) -> Any:
+        if value is None or value == "":
+            if column in ("created_at", "updated_at", "ts"):
+                raise StoreError(f"{self.table.name}: a new row without {column}")
+            return to_db(column, "")
+        if column in TIME_COLUMNS:
+            key = (column, value)
+            if key not in self.times:
+                self.times[key] = to_db(column, value)
+            return self.times[key]
+        if isinstance(value, str) and column not in INT_COLUMNS:
+            return value
+        return to_db(column, value)
 
 
 class PgStore:
@@ -167,13 +199,36 @@ class PgStore:
         with self.transaction() as conn:
             return self.apply_in(conn, changes)
 
+    def apply_as_read(self, changes: ChangeSet, read: Sequence[Snapshot]) -> ApplyResult:
+        """Apply ``changes`` planned from ``read`` (a fresh read of Queue) in one transaction,
+        each Queue row only while its status is still the one read: a task a worker claimed
+        or a person requeued meanwhile is left alone and reported ``missing``, with its log
+        rows (``sheetq.store.base.apply_as_read``)."""
+        expect = {
+            str(row.values["task_id"]): str(row.values["status"])
+            for snap in read
+            if snap.worksheet == self.queue
+            for row in snap.rows
+            if "task_id" in row.values and "status" in row.values
+        }
+        with self.transaction() as conn:
+            return self.apply_in(conn, changes, expect=expect)
+
     def apply_in(
-        self, conn: psycopg.Connection[Any], changes: ChangeSet, *, fence: str | None = None
+        self,
+        conn: psycopg.Connection[Any],
+        changes: ChangeSet,
+        *,
+        fence: str | None = None,
+        expect: Mapping[str, str] | None = None,
     ) -> ApplyResult:
         """Apply ``changes`` inside the caller's transaction. ``fence``: a run id; each
         Queue update then applies only to a row still ``processing`` under that run's lease
-        (the others are reported ``missing``)."""
+        (the others are reported ``missing``). ``expect``: task id → the status the plan
+        saw; a Queue update, delete or move of that task applies only while the row still
+        has it (compare-and-set), and the log rows of tasks left alone are not written."""
         result = ApplyResult()
+        expect = expect or {}
         if changes.lease is not None:
             self._lease(conn, changes.lease)
         for update in changes.updates:
@@ -189,6 +244,9 @@ class PgStore:
             if fence is not None and table is _TASKS:
                 where = sql.SQL("{} AND status = 'processing' AND lease_owner = %s").format(where)
                 params.append(fence)
+            if table is _TASKS and update.key in expect:
+                where = sql.SQL("{} AND status = %s").format(where)
+                params.append(expect[update.key])
             query = sql.SQL("UPDATE {} SET {} WHERE {}").format(
                 sql.Identifier(table.name),
                 sql.SQL(", ").join(sql.SQL("{} = %s").format(sql.Identifier(k)) for k in values),
@@ -201,50 +259,55 @@ class PgStore:
             if delete.key is None:
                 result.missing.append("")
                 continue
-            query = sql.SQL("DELETE FROM {} WHERE queue = %s AND task_id = %s").format(
-                sql.Identifier(table.name)
+            guard, extra = _guard(table, delete.key, expect)
+            query = sql.SQL("DELETE FROM {} WHERE queue = %s AND task_id = %s{}").format(
+                sql.Identifier(table.name), guard
             )
-            if conn.execute(query, (self.queue, delete.key)).rowcount == 0:
+            if conn.execute(query, (self.queue, delete.key, *extra)).rowcount == 0:
                 result.missing.append(delete.key)
         for move in changes.moves:
             source, dest = self.table(move.worksheet), self.table(move.to)
             cols = sql.SQL(", ").join(sql.Identifier(c) for c in source.columns)
+            guard, extra = _guard(source, move.key, expect)
             query = sql.SQL(
-                "WITH moved AS (DELETE FROM {} WHERE queue = %s AND task_id = %s RETURNING *) "
+                "WITH moved AS (DELETE FROM {} WHERE queue = %s AND task_id = %s{} RETURNING *) "
                 "INSERT INTO {} (queue, {}) SELECT queue, {} FROM moved RETURNING task_id"
-            ).format(sql.Identifier(source.name), sql.Identifier(dest.name), cols, cols)
-            if conn.execute(query, (self.queue, move.key)).fetchone():
+            ).format(sql.Identifier(source.name), guard, sql.Identifier(dest.name), cols, cols)
+            if conn.execute(query, (self.queue, move.key, *extra)).fetchone():
                 result.moved.append(move.key)
             else:
                 result.missing.append(move.key)
+        left = set(result.missing) & set(expect)
+        if left:  # the log rows of tasks left alone describe changes that did not happen
+            changes = ChangeSet(
+                appends=[
+                    a
+                    for a in changes.appends
+                    if not (self.table(a.worksheet).is_log and a.values.get("task_id") in left)
+                ]
+            )
         self._append(conn, changes)
         return result
 
     def _append(self, conn: psycopg.Connection[Any], changes: ChangeSet) -> None:
+        """Insert the appended rows, one ``COPY`` per table (100,000 rows in about a second,
+        inside the caller's transaction; statement triggers fire once)."""
         by_table: dict[str, list[Mapping[str, Any]]] = {}
         for append in changes.appends:
             by_table.setdefault(append.worksheet, []).append(append.values)
         for worksheet, rows in by_table.items():
             table = self.table(worksheet)
-            cols = [c for c in table.columns]
-            query = sql.SQL("INSERT INTO {} (queue, {}) VALUES (%s, {})").format(
+            cols = table.columns
+            query = sql.SQL("COPY {} (queue, {}) FROM STDIN").format(
                 sql.Identifier(table.name),
                 sql.SQL(", ").join(sql.Identifier(c) for c in cols),
-                sql.SQL(", ").join(sql.Placeholder() * len(cols)),
             )
-            params = [
-                [self.queue, *(self._cell(table, c, row.get(c)) for c in cols)] for row in rows
-            ]
-            with conn.cursor() as cur:
-                cur.executemany(query, params)
+            cell = _Cells(table)
+            with conn.cursor() as cur, cur.copy(query) as copy:
+                for row in rows:
+                    copy.write_row([self.queue, *(cell(c, row.get(c)) for c in cols)])
             if table is _TASKS or table is _ARCHIVE:
                 self._claim_keys(conn, rows)
-
-    @staticmethod
-    def _cell(table: _Table, column: str, value: Any) -> Any:
-        if value is None and column in ("created_at", "updated_at", "ts"):
-            raise StoreError(f"{table.name}: a new row without {column}")
-        return to_db(column, value if value is not None else "")
 
     def _claim_keys(self, conn: psycopg.Connection[Any], rows: Sequence[Mapping[str, Any]]) -> None:
         """Record new rows' idempotency keys in ``sheetq_keys``. A key that another task holds
@@ -330,6 +393,24 @@ class PgStore:
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL {describe(self.url)}: {exc}") from None
         return {"PostgreSQL": lines} if lines else {}
+
+    def upgrade_schema(self) -> tuple[list[tuple[int, str]], int]:
+        """Create or upgrade the schema (``sheetq init``): the migrations applied now (number,
+        name; empty when it was current) and the schema version the database has."""
+        self._requests += 1
+        try:
+            with self.conn.transaction():
+                before = schema.installed(self.conn)
+            schema.upgrade(self.conn)
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL {self.where}: {exc}") from None
+        applied = [(number, name) for number, name, _ in schema.MIGRATIONS if number > before]
+        return applied, schema.VERSION
+
+    @property
+    def where(self) -> str:
+        """``user@host:port/dbname``, never the password (for messages)."""
+        return describe(self.url)
 
     def fit_grids(self, titles: Sequence[str]) -> list[str]:
         return []

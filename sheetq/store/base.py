@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, cast
 
 from sheetq.errors import SchemaError
 
@@ -370,3 +370,27 @@ class Store(Protocol):
     def link(self, info: WorkbookInfo, worksheet: str, row: int, task_id: str) -> str:
         """Where a person finds the row: a URL for Google, the task id for local."""
         ...
+
+
+def has_positions(store: object) -> bool:
+    """Whether the store's rows have sheet positions (row numbers a person sees): true for a
+    spreadsheet and the local workbook, false for PostgreSQL (``PgStore.has_positions``),
+    whose reports print ``row: null``."""
+    return bool(getattr(store, "has_positions", True))
+
+
+def apply_as_read(
+    store: Store,
+    changes: ChangeSet,
+    read: Sequence[Snapshot],
+    *,
+    baseline: Sequence[Snapshot] = (),
+) -> ApplyResult:
+    """``store.apply(changes, baseline=baseline)`` for changes planned from ``read``, a fresh
+    read of Queue. On PostgreSQL, where workers change rows at any moment and there is no run
+    lock, the change applies only to rows whose status is still the one read (a compare-and-
+    set); the rest come back ``missing`` (``PgStore.apply_as_read``)."""
+    guarded = getattr(store, "apply_as_read", None)
+    if guarded is not None:
+        return cast(ApplyResult, guarded(changes, read))
+    return store.apply(changes, baseline=baseline)

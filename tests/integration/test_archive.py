@@ -14,6 +14,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import Book, GoogleBook, handler_script, make_google, run_cli, write_config
+from tests.sheet_only import on_postgres, sheet_only
+
+ON_POSTGRES = True  # the behavioural suite: also runs on PostgreSQL (DESIGN.md §10)
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 HANDLER = (
@@ -203,6 +206,8 @@ def test_bad_arguments_and_missing_archive_worksheet_exit_2(
     """A bad --older-than, or no QueueArchive worksheet, is exit 2 with one line."""
     r = run_cli(["archive", "--older-than", "soon"])
     assert r.code == 2 and len(r.stderr.strip().splitlines()) == 1 and "--older-than" in r.stderr
+    if on_postgres(book):
+        return  # a queue's archive is a table that `init` made: it cannot be missing
     monkeypatch.setenv("SHEETQ_ARCHIVE_SHEET", "Old Tasks")
     r = run_cli(["archive"])
     assert r.code == 2 and "sheetq init" in r.stderr
@@ -243,6 +248,7 @@ def test_process_run_on_this_host_makes_archive_wait_then_give_up(
     book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The host lock of a running `process` is waited for; still held: one line, exit 0."""
+    sheet_only(book, "PostgreSQL has no run lock; archive and workers share the queue by row")
     from filelock import FileLock
 
     from sheetq.cli import archive as archive_cli
@@ -278,6 +284,15 @@ def test_failed_write_changes_nothing(
             assert book.emulator.pending_faults() == 1  # it tried, and gave up
         finally:
             book.emulator.clear_faults()
+    elif on_postgres(book):
+        from sheetq.errors import StoreError
+        from sheetq.postgres.store import PgStore
+
+        def crash_pg(self: PgStore, *args: Any) -> None:  # after the moves, in the transaction
+            raise StoreError("simulated crash in the middle of the write")
+
+        monkeypatch.setattr(PgStore, "_append", crash_pg)
+        r = run_cli(["archive", "--older-than", "30d"])
     else:
         from sheetq.errors import StoreError
         from sheetq.store.sqlite import SqliteStore
@@ -329,6 +344,7 @@ def test_failure_between_writes_is_finished_by_a_second_run(
     from sheetq.store.google import GoogleStore
     from sheetq.store.sqlite import SqliteStore
 
+    sheet_only(book, "PostgreSQL archives in one transaction: there is no second write")
     ids = _mixed(book, tmp_path, monkeypatch)
     monkeypatch.setattr(archive_lib, "MAX_WRITE_BYTES", 1)  # one row per write
     calls = {"n": 0}

@@ -8,6 +8,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Book, run_cli, write_config
+from tests.sheet_only import sheet_only
+
+ON_POSTGRES = True  # the behavioural suite: also runs on PostgreSQL (DESIGN.md §10)
 
 
 def _one_line(stderr: str) -> str:
@@ -110,6 +113,7 @@ def test_unreadable_config(book: Book, tmp_path: Path) -> None:
 
 def test_missing_columns_and_duplicate_headers(book: Book) -> None:
     """A sheet missing sheetq's columns says to run init; a repeated header names its columns."""
+    sheet_only(book, "header cells; a database's schema is checked by version (tests/postgres)")
     grid = book.grid("Queue")
     status_col = grid[0].index("status")
     book.set_cell("Queue", 1, "status", "state")

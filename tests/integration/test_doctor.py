@@ -23,6 +23,9 @@ from tests.conftest import (
     write_config,
 )
 from tests.fakes.telegram_fake import FORUM_CHAT_ID, FakeBotAPI
+from tests.sheet_only import on_postgres, sheet_only
+
+ON_POSTGRES = True  # the behavioural suite: also runs on PostgreSQL (DESIGN.md §10)
 
 OK = "import sys\nsys.stdin.read()\nprint('ok')\n"
 WRONG_TOKEN = "654321:WRONG-token_abcdefghijklmnopqrstuvwxyz9876"
@@ -67,16 +70,12 @@ def test_all_ok_on_a_good_setup(book: Book, tmp_path: Path) -> None:
     assert r.code == 0, r.stdout + r.stderr
     assert problems(r) == []
     assert r.stdout.strip().endswith("all checks passed")
-    for check in (
-        "configuration",
-        "type job",
-        "lock directory",
-        "worksheet Queue",
-        "worksheet QueueLog",
-        "worksheet QueueArchive",
-        "write access",
-        "time zone",
-    ):
+    store_checks = (
+        ("database", "schema", "queue Queue")
+        if on_postgres(book)
+        else ("worksheet Queue", "worksheet QueueLog", "worksheet QueueArchive", "time zone")
+    )
+    for check in ("configuration", "type job", "lock directory", "write access", *store_checks):
         assert line_of(r, check).startswith("ok")
     assert "alerts are off" in line_of(r, "telegram")
     doc = doctor("--json").json()
@@ -118,7 +117,7 @@ def test_bad_toml_is_a_line_and_the_rest_is_still_checked(book: Book) -> None:
     assert r.code == 1
     line = line_of(r, "configuration")
     assert line.startswith("problem") and "not valid TOML" in line
-    assert line_of(r, "worksheet Queue").startswith("ok")
+    assert line_of(r, "schema" if on_postgres(book) else "worksheet Queue").startswith("ok")
     assert r.stderr == ""
 
 
@@ -134,6 +133,7 @@ def test_not_initialised(empty_book: Book) -> None:
 
 def test_missing_column(book: Book) -> None:
     """A Queue header cell cleared by a person: the missing column is named, fix `sheetq init`."""
+    sheet_only(book, "header cells; a database's schema is checked by version")
     book.set_cell("Queue", 1, "owner", "")
     r = doctor()
     assert r.code == 1
@@ -143,6 +143,7 @@ def test_missing_column(book: Book) -> None:
 
 def test_duplicated_column(book: Book) -> None:
     """A manager's column that repeats a sheetq header is named with both columns."""
+    sheet_only(book, "header cells; a table's columns cannot repeat")
     book.set_cell("Queue", 1, "owner", "status")
     r = doctor()
     assert r.code == 1
@@ -185,6 +186,7 @@ def test_lock_dir_not_writable(book: Book, tmp_path: Path, monkeypatch: pytest.M
 
 def test_live_lease_is_reported(book: Book) -> None:
     """A run holding the queue's lease is reported (not a problem) with its expiry."""
+    sheet_only(book, "PostgreSQL has no run lease: any number of runs share a queue")
     from datetime import UTC, datetime, timedelta
 
     from sheetq.config import load_settings

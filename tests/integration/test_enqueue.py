@@ -10,6 +10,8 @@ import pytest
 from sheetq.idempotency import canonical_json
 from tests.conftest import SHARED, Book, run_cli
 
+ON_POSTGRES = True  # the behavioural suite: also runs on PostgreSQL (DESIGN.md §10)
+
 LEADS = SHARED / "data" / "leads.jsonl"
 WEBHOOKS = SHARED / "data" / "github-webhooks"
 needs_shared = pytest.mark.skipif(not LEADS.exists(), reason="../shared/data is not here")
@@ -39,6 +41,7 @@ def test_leads_one_by_one_equals_one_jsonl_batch(
     one_by_one = _queue_set(book)
 
     monkeypatch.setenv("SHEETQ_SPREADSHEET", f"local:{tmp_path / 'second.db'}")
+    monkeypatch.delenv("SHEETQ_DATABASE_URL", raising=False)  # the queue was in PostgreSQL
     assert run_cli(["init"]).code == 0
     r = run_cli(["enqueue", "lead", "--jsonl", "--file", str(LEADS), "--json"])
     assert r.code == 3  # the data holds conflicting re-submissions
@@ -47,7 +50,8 @@ def test_leads_one_by_one_equals_one_jsonl_batch(
     assert len(doc["results"]) == len(lines)
     from tests.conftest import LocalBook
 
-    second = LocalBook(tmp_path / "second.db") if book.spreadsheet.startswith("local:") else book
+    local_or_pg = not book.spreadsheet or book.spreadsheet.startswith("local:")
+    second = LocalBook(tmp_path / "second.db") if local_or_pg else book
     if second is not book:
         assert _queue_set(second) == one_by_one
     assert outcomes["enqueued"] == len(one_by_one)

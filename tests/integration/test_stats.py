@@ -17,6 +17,8 @@ import pytest
 from sheetq.times import format_ts
 from tests.conftest import SHARED, Book, run_cli, write_config
 
+ON_POSTGRES = True  # the behavioural suite: also runs on PostgreSQL (DESIGN.md §10)
+
 LEADS = SHARED / "data" / "leads.jsonl"
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 # Fails permanently (65) for a tenth of the leads and transiently (75) on the first attempt

@@ -1,0 +1,90 @@
+"""``sheetq doctor`` on PostgreSQL (DESIGN.md §11): the server answers, the schema is this
+sheetq's, the queue's counts, and a write goes through. Never prints the password (errors
+come through ``connection.connect``, which names only user, host and database)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg.rows import tuple_row
+
+from sheetq.config import Settings
+from sheetq.doctor import Check, fine, problem
+from sheetq.errors import SheetqError
+from sheetq.postgres import schema
+from sheetq.postgres.connection import connect, describe
+
+FIX_CONNECT = (
+    "check SHEETQ_DATABASE_URL (postgresql://USER@HOST:PORT/DBNAME): the host and port are "
+    "reachable, the user exists, the password is right (in the URL, PGPASSWORD or ~/.pgpass)"
+)
+STATUS_ORDER = ("pending", "processing", "retry", "done", "failed", "skipped")
+
+
+def check_postgres(settings: Settings) -> list[Check]:
+    """Connection and server version, schema version, the queue's counts, write access."""
+    where = describe(settings.database_url)
+    try:
+        conn = connect(settings.database_url)
+    except SheetqError as exc:
+        return [problem("database", exc.message, FIX_CONNECT)]
+    try:
+        return _checks(conn, settings, where)
+    except psycopg.Error as exc:
+        first = str(exc).strip().splitlines()
+        return [problem("database", f"PostgreSQL {where}: {first[0] if first else exc}")]
+    finally:
+        conn.close()
+
+
+def _checks(conn: psycopg.Connection[Any], settings: Settings, where: str) -> list[Check]:
+    with conn.cursor(row_factory=tuple_row) as cur:
+        version = cur.execute("SHOW server_version").fetchone()
+    server = str(version[0]).split()[0] if version else "?"
+    checks = [fine("database", f"PostgreSQL {server} at {where}")]
+    with conn.transaction():
+        have = schema.installed(conn)
+    if have != schema.VERSION:
+        try:
+            with conn.transaction():
+                schema.check(conn)
+        except SheetqError as exc:
+            fix = "upgrade sheetq" if have > schema.VERSION else "run `sheetq init`"
+            return [*checks, problem("schema", exc.message, fix)]
+    checks.append(fine("schema", f"version {have}, as this sheetq expects"))
+    queue = settings.queue_sheet
+    with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+        counts: dict[str, int] = dict(
+            cur.execute(
+                "SELECT status, count(*) FROM sheetq_tasks WHERE queue = %s GROUP BY status",
+                (queue,),
+            ).fetchall()
+        )
+        archived = cur.execute(
+            "SELECT count(*) FROM sheetq_archive WHERE queue = %s", (queue,)
+        ).fetchone()
+    parts = [f"{counts[s]} {s}" for s in STATUS_ORDER if counts.get(s)]
+    held = int(archived[0]) if archived else 0
+    detail = (", ".join(parts) or "no tasks") + f"; {held} archived"
+    checks.append(fine(f"queue {queue}", detail))
+    checks.append(_write(conn, queue))
+    return checks
+
+
+def _write(conn: psycopg.Connection[Any], queue: str) -> Check:
+    """A write that is rolled back: a lease row inserted, never committed."""
+    try:
+        with conn.transaction(force_rollback=True):
+            conn.execute(
+                "INSERT INTO sheetq_leases (queue, name, token) VALUES (%s, %s, %s)",
+                (queue, "sheetq_doctor_probe", "probe"),
+            )
+    except psycopg.Error as exc:
+        first = str(exc).strip().splitlines()
+        return problem(
+            "write access",
+            f"this user cannot write sheetq's tables: {first[0] if first else exc}",
+            "GRANT SELECT, INSERT, UPDATE, DELETE on the sheetq_* tables to this user",
+        )
+    return fine("write access", "a row was written and rolled back (this user can write)")
