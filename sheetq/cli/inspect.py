@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+import os
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -12,6 +12,13 @@ from sheetq.cli._output import echo, emit_json, table, warn
 from sheetq.errors import UsageError
 
 STATUS_ORDER = ("pending", "processing", "retry", "done", "failed", "skipped")
+
+
+def sql_reports(settings: Any) -> bool:
+    """On PostgreSQL, ``status``/``list``/``show``/``stats`` compute in SQL
+    (``sheetq.postgres.reports``); ``SHEETQ_PG_REPORTS=python`` forces the shared Python
+    path over every row (the reference the tests compare them with)."""
+    return bool(settings.database_url) and os.environ.get("SHEETQ_PG_REPORTS", "") != "python"
 
 
 def status(
@@ -28,62 +35,42 @@ def status(
     """
     from sheetq.cells import cell_usage
     from sheetq.cli.app import state
-    from sheetq.model import Status
     from sheetq.queue import STATUS_COLUMNS, parse_rows
     from sheetq.schema import check_schema
     from sheetq.store.base import Read
-    from sheetq.times import Unparseable, format_duration, format_ts, zone
+    from sheetq.tally import tally_rows
+    from sheetq.times import format_duration, format_ts, zone
 
     settings = state.settings()
     store = state.store()
     info = store.open()
     check_schema(info, settings)
-    (snap,) = store.read([Read(settings.queue_sheet, STATUS_COLUMNS)])
-    rows = parse_rows(snap.rows, zone(info.time_zone), info.locale)
     now = state.clock().now()
-    counts: Counter[str] = Counter()
-    by_type: dict[str, Counter[str]] = defaultdict(Counter)
-    oldest = None
-    due = owed = unrecognised = without_handler = 0
-    unparseable: list[str] = []  # waiting rows whose next_retry_at a person mistyped
-    strange: dict[str, int] = defaultdict(int)  # unrecognised statuses by type
-    for row in rows:
-        if row.status is None:
-            unrecognised += 1
-            strange[row.type or "(empty)"] += 1
-            by_type[row.type or "(empty)"]  # the type has a line in the table even so
-            continue
-        name = str(row.status)
-        counts[name] += 1
-        by_type[row.type or "(empty)"][name] += 1
-        if row.status in (Status.PENDING, Status.RETRY):
-            created = row.created
-            if created is not None:
-                age = (now - created).total_seconds()
-                oldest = max(0.0, age if oldest is None else max(oldest, age))
-            if settings.type_config(row.type).handler is None:
-                without_handler += 1
-            when = row.next_retry_at
-            if isinstance(when, Unparseable):
-                unparseable.append(f"{row.task_id} ({when.text!r})")
-            if row.status is Status.RETRY and (not isinstance(when, datetime) or when <= now):
-                due += 1
-        if row.status is Status.FAILED and not row.alerted_at:
-            owed += 1
+    if sql_reports(settings):  # PostgreSQL: GROUP BY, not every row (sheetq.postgres.reports)
+        from sheetq.postgres.reports import status_tally
+
+        tally = status_tally(store, settings, now)
+    else:
+        (snap,) = store.read([Read(settings.queue_sheet, STATUS_COLUMNS)])
+        rows = parse_rows(snap.rows, zone(info.time_zone), info.locale)
+        tally = tally_rows(rows, settings, now)
+    counts, by_type, strange, oldest = tally.counts, tally.by_type, tally.strange, tally.oldest
+    due, owed, without_handler = tally.due, tally.owed, tally.without_handler
+    unrecognised, unparseable = tally.unrecognised, tally.unparseable
     if unparseable:
         warn(
             f"{len(unparseable)} waiting row(s) have an unparseable next_retry_at, counted as "
             f"due (DESIGN.md §2): {', '.join(unparseable[:5])}"
             + (" …" if len(unparseable) > 5 else "")
         )
-    gone = _gone_runs(settings, info, rows, now) if counts.get("processing") else []
+    gone = _gone_runs(settings, info, tally.processing, now) if counts.get("processing") else []
     tz = zone(info.time_zone)
     cells = cell_usage(
         info,
         (settings.queue_sheet, settings.log_sheet, settings.archive_sheet),
         settings.queue_sheet,
         settings.log_sheet,
-        (r.created for r in rows),
+        tally.created,
         now,
     )
     if cells is not None and cells.warn:
@@ -115,7 +102,7 @@ def status(
                 "owed_alerts": owed,
                 "unrecognised": unrecognised,
                 "without_handler": without_handler,
-                "total": len(rows),
+                "total": tally.total,
                 "unparseable_next_retry_at": [u.split(" ", 1)[0] for u in unparseable],
                 "held_by_gone_runs": [g.as_json(tz) for g in gone],
                 "cells": None
@@ -143,7 +130,7 @@ def status(
         ["all"]
         + [counts.get(s, 0) for s in STATUS_ORDER]
         + ([unrecognised] if extra else [])
-        + [len(rows)]
+        + [tally.total]
     )
     table(
         f"{settings.queue_sheet} in {info.title}",
@@ -238,16 +225,21 @@ def list_rows(
     settings = state.settings()
     store = state.store()
     check_schema(store.open(), settings)
-    (snap,) = store.read([Read(settings.queue_sheet)])
-    picked = [
-        r
-        for r in snap.rows
-        if r.text("task_id")
-        and (not wanted or Status.parse(r.text("status")) in wanted)
-        and (not types or r.text("type") in types)
-    ]
-    if limit:
-        picked = picked[:limit]
+    if sql_reports(settings):  # PostgreSQL: WHERE … ORDER BY … LIMIT
+        from sheetq.postgres.reports import list_rows as select_rows
+
+        picked = select_rows(store, sorted(str(s) for s in wanted), types or [], limit)
+    else:
+        (snap,) = store.read([Read(settings.queue_sheet)])
+        picked = [
+            r
+            for r in snap.rows
+            if r.text("task_id")
+            and (not wanted or Status.parse(r.text("status")) in wanted)
+            and (not types or r.text("type") in types)
+        ]
+        if limit:
+            picked = picked[:limit]
     positions = has_positions(store)
     if as_json:
         emit_json({"rows": [_row_doc(r, positions) for r in picked]})
@@ -303,17 +295,22 @@ def show(
     info = store.open()
     check_schema(info, settings)
     positions = has_positions(store)
-    reads = [Read(settings.queue_sheet), Read(settings.log_sheet)]
-    has_archive = settings.archive_sheet in info.sheets
-    if has_archive:
-        reads.append(Read(settings.archive_sheet))
-    snaps = store.read(reads)
-    found = [(settings.queue_sheet, r) for r in snaps[0].rows if r.text("task_id") == task_id]
-    if has_archive:
-        found += [
-            (settings.archive_sheet, r) for r in snaps[2].rows if r.text("task_id") == task_id
-        ]
-    history = [r for r in snaps[1].rows if r.text("task_id") == task_id]
+    if sql_reports(settings):  # PostgreSQL: lookups by task_id
+        from sheetq.postgres.reports import show_rows
+
+        found, history = show_rows(store, task_id)
+    else:
+        reads = [Read(settings.queue_sheet), Read(settings.log_sheet)]
+        has_archive = settings.archive_sheet in info.sheets
+        if has_archive:
+            reads.append(Read(settings.archive_sheet))
+        snaps = store.read(reads)
+        found = [(settings.queue_sheet, r) for r in snaps[0].rows if r.text("task_id") == task_id]
+        if has_archive:
+            found += [
+                (settings.archive_sheet, r) for r in snaps[2].rows if r.text("task_id") == task_id
+            ]
+        history = [r for r in snaps[1].rows if r.text("task_id") == task_id]
     if not found and not history:
         raise UsageError(
             f"no task {task_id!r} in {settings.queue_sheet}, "

@@ -1,0 +1,373 @@
+"""``status``, ``list``, ``show`` and ``stats`` on PostgreSQL, computed in SQL (DESIGN.md §11).
+
+Each gives the numbers the shared Python gives over every row (``sheetq.tally``,
+``sheetq.stats.compute``, the filters of ``sheetq.cli.inspect``), so the ``--json``
+documents are identical (``row`` is ``null``); ``tests/postgres/test_reports_sql.py``
+compares both over random queues. The SQL groups and filters; the text rules (a type or a
+status cell stripped of Python's whitespace, a status lower-cased, the error class of a
+failed row) are applied in Python to the few distinct values the groups return, so they
+are the shared code's own rules, not a second copy of them in SQL.
+
+Times: the shared code reads a database time as ``format_ts`` text, i.e. truncated to the
+second in UTC; the statements truncate likewise (``date_trunc('second', …)`` with the
+session in UTC), so a time with microseconds compares as the Python path compares it.
+Task ids are compared exactly (sheetq writes them without surrounding spaces).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from collections.abc import Collection, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from sheetq.config import Settings
+from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS, WAITING, Status
+from sheetq.postgres.codec import values_from_record
+from sheetq.postgres.store import LOG_ID, PgStore
+from sheetq.queue import STATUS_COLUMNS, parse_rows
+from sheetq.stats import Stats
+from sheetq.store.base import Row, Store
+from sheetq.tally import QueueTally
+
+# Python's str.strip() removes exactly these characters; btrim(x, WS) does the same in SQL.
+WS = "".join(c for c in map(chr, range(sys.maxunicode + 1)) if c.isspace())
+_OUTCOMES = frozenset({"done", "retry", "failed", "skipped"})
+_SIMPLE = frozenset({"enqueued", "duplicate", "conflict", "claimed", "skipped", "requeued"})
+_WAITING = tuple(sorted(str(s) for s in WAITING))
+
+
+def _cols(names: Sequence[str], prefix: str = "") -> str:
+    return ", ".join(f'{prefix}"{n}"' for n in names)
+
+
+def _utc(conn: psycopg.Connection[Any]) -> None:
+    """Truncations and hour buckets in UTC, whatever the server's default zone."""
+    conn.execute("SET LOCAL TimeZone = 'UTC'")
+
+
+def _second(moment: datetime) -> datetime:
+    """A time as the shared code reads it back from ``format_ts`` text (UTC, whole second)."""
+    return moment.astimezone(UTC).replace(microsecond=0)
+
+
+def _pg(store: Store) -> PgStore:
+    if not isinstance(store, PgStore):
+        raise TypeError(f"SQL reports need a PgStore, not {type(store).__name__}")
+    return store
+
+
+# --- status ------------------------------------------------------------------------------
+
+
+def status_tally(store: Store, settings: Settings, now: datetime) -> QueueTally:
+    """``sheetq status``'s counts by ``GROUP BY type, status`` (one statement), plus the
+    ``processing`` rows only (for ``sheetq.held``). The schema's CHECK admits only §3
+    statuses and typed times, so nothing is unrecognised or unparseable here."""
+    store = _pg(store)
+    due_before = now.replace(microsecond=0) + timedelta(seconds=1)  # trunc(t) <= now
+    tally = QueueTally()
+    with store.transaction() as conn:
+        _utc(conn)
+        groups = conn.execute(
+            "SELECT type, status, count(*) AS n,"
+            " min(created_at) FILTER (WHERE status IN ('pending', 'retry')) AS oldest,"
+            " count(*) FILTER (WHERE status = 'retry'"
+            "   AND (next_retry_at IS NULL OR next_retry_at < %(due)s)) AS due,"
+            " count(*) FILTER (WHERE status = 'failed' AND alerted_at IS NULL) AS owed"
+            " FROM sheetq_tasks WHERE queue = %(q)s AND btrim(task_id, %(ws)s) <> ''"
+            " GROUP BY type, status",
+            {"q": store.queue, "due": due_before, "ws": WS},
+        ).fetchall()
+        processing: list[dict[str, Any]] = []
+        if any(g["status"] == "processing" for g in groups):
+            processing = conn.execute(
+                f"SELECT {_cols(STATUS_COLUMNS)} FROM sheetq_tasks"
+                " WHERE queue = %s AND status = 'processing' ORDER BY created_at, task_id",
+                (store.queue,),
+            ).fetchall()
+    oldest: datetime | None = None
+    for g in groups:
+        name, kind, n = str(g["status"]), str(g["type"]).strip(), int(g["n"])
+        tally.total += n
+        tally.counts[name] += n
+        tally.by_type[kind or "(empty)"][name] += n
+        tally.due += int(g["due"])
+        tally.owed += int(g["owed"])
+        if g["oldest"] is not None:
+            first = _second(g["oldest"])
+            oldest = first if oldest is None else min(oldest, first)
+        if name in _WAITING and settings.type_config(kind).handler is None:
+            tally.without_handler += n
+    if oldest is not None:
+        tally.oldest = max(0.0, (now - oldest).total_seconds())
+    rows = [Row(i, values_from_record(r, STATUS_COLUMNS)) for i, r in enumerate(processing, 2)]
+    tally.processing = parse_rows(rows, UTC, "en_US")
+    return tally
+
+
+# --- list and show -----------------------------------------------------------------------
+
+
+def list_rows(store: Store, statuses: Sequence[str], types: Sequence[str], limit: int) -> list[Row]:
+    """``sheetq list``: Queue rows with one of ``statuses`` (all when empty) and one of
+    ``types`` (all when empty), oldest first, at most ``limit`` (0: all)."""
+    store = _pg(store)
+    where = ["queue = %s", "task_id <> ''"]
+    params: list[Any] = [store.queue]
+    if statuses:
+        where.append("status = ANY(%s)")
+        params.append(list(statuses))
+    if types:
+        where.append("type = ANY(%s)")
+        params.append(list(types))
+    query = (
+        f"SELECT {_cols(QUEUE_COLUMNS)} FROM sheetq_tasks WHERE {' AND '.join(where)}"
+        " ORDER BY created_at, task_id"
+    )
+    if limit:
+        query += " LIMIT %s"
+        params.append(limit)
+    with store.transaction() as conn:
+        records = conn.execute(query.encode(), params).fetchall()
+    return [Row(i, values_from_record(r, QUEUE_COLUMNS)) for i, r in enumerate(records, 2)]
+
+
+def show_rows(store: Store, task_id: str) -> tuple[list[tuple[str, Row]], list[Row]]:
+    """``sheetq show``: the task's row in Queue, then in QueueArchive (worksheet, row), and
+    its QueueLog rows in log order; lookups by primary key and ``(queue, task_id, id)``."""
+    store = _pg(store)
+    settings = store.settings
+    found: list[tuple[str, Row]] = []
+    with store.transaction() as conn:
+        for sheet, table in (
+            (settings.queue_sheet, "sheetq_tasks"),
+            (settings.archive_sheet, "sheetq_archive"),
+        ):
+            for record in conn.execute(
+                f"SELECT {_cols(QUEUE_COLUMNS)} FROM {table}"  # fixed table names
+                " WHERE queue = %s AND task_id = %s",
+                (store.queue, task_id),
+            ):
+                found.append((sheet, Row(2, values_from_record(record, QUEUE_COLUMNS))))
+        log = conn.execute(
+            f"SELECT id, {_cols(LOG_COLUMNS)} FROM sheetq_log"
+            " WHERE queue = %s AND task_id = %s ORDER BY id",
+            (store.queue, task_id),
+        ).fetchall()
+    history = []
+    for number, record in enumerate(log, 2):
+        values = values_from_record(record, LOG_COLUMNS)
+        values[LOG_ID] = int(record["id"])
+        history.append(Row(number, values))
+    return found, history
+
+
+# --- stats -------------------------------------------------------------------------------
+
+
+def _outcome(event: str, status: str) -> str | None:
+    """What a window log row with this event and (stripped, lower-cased) status counts as:
+    ``done``/``retry``/``failed``/``expired``, ``""`` for an event counted on its own, or
+    ``None`` for a late outcome refused after its lease ran out (counted nowhere)."""
+    if event in _OUTCOMES and status != event:
+        return None
+    if event in _SIMPLE:
+        return ""
+    if event == "recovered":
+        return status if status in ("done", "retry", "failed") else ""
+    if event == "expired":
+        return "expired"
+    return event if event in ("done", "retry", "failed") else ""
+
+
+def window_stats(
+    store: Store, *, since: datetime, now: datetime, types: Collection[str] = ()
+) -> Stats:
+    """``sheetq stats`` over the log window ``since``.. (``sheetq.stats`` for the rules):
+    counts from one ``GROUP BY`` over the window's rows (index on ``(queue, ts)``); the
+    times to done and handler durations as ``percentile_disc`` (nearest rank, as
+    ``sheetq.stats.percentile``); the failures' error classes by a join to the task's row."""
+    store = _pg(store)
+    stats = Stats(since=since, now=now)
+    start = _second(since)
+    wanted = set(types)
+    with store.transaction() as conn:
+        _utc(conn)
+        groups = conn.execute(
+            "SELECT type, event, status, date_trunc('hour', ts) AS hour,"
+            " count(*) AS n, min(id) AS first"
+            " FROM sheetq_log WHERE queue = %s AND ts >= %s GROUP BY 1, 2, 3, 4",
+            (store.queue, start),
+        ).fetchall()
+        events: Counter[str] = Counter()
+        done_pairs: set[tuple[str, str]] = set()
+        failed_pairs: set[tuple[str, str]] = set()
+        firsts: dict[tuple[str, str], int] = {}  # (hour, outcome) → first log id
+        for g in groups:
+            if wanted and str(g["type"]).strip() not in wanted:
+                continue
+            event, raw = str(g["event"]), str(g["status"])
+            outcome = _outcome(event, raw.strip().lower())
+            if outcome is None:
+                continue
+            n = int(g["n"])
+            events[event] += n
+            if outcome == "retry":
+                stats.retry += n
+            elif outcome == "done":
+                stats.done += n
+                done_pairs.add((event, raw))
+            elif outcome in ("failed", "expired"):
+                stats.failed += n
+                if outcome == "expired":
+                    stats.failed_by_error_class["expired"] += n
+                else:
+                    failed_pairs.add((event, raw))
+            if outcome in ("done", "failed", "expired"):
+                kind = "done" if outcome == "done" else "failed"
+                hour = g["hour"].astimezone(UTC).strftime("%Y-%m-%dT%H:00:00Z")
+                stats.by_hour.setdefault(hour, Counter())[kind] += n
+                key = (hour, kind)
+                firsts[key] = min(firsts.get(key, int(g["first"])), int(g["first"]))
+        for hour, counter in stats.by_hour.items():  # outcomes in the order they first came
+            stats.by_hour[hour] = _in_order(counter, {k: firsts[(hour, k)] for k in counter})
+        for name in (
+            "enqueued", "duplicate", "conflict", "claimed", "skipped",
+            "expired", "recovered", "requeued", "archived",
+        ):  # fmt: skip
+            setattr(stats, name, events[name])
+        params = {
+            "q": store.queue,
+            "since": start,
+            "ws": WS,
+            "all": not wanted,
+            "types": sorted(wanted),
+        }
+        type_ok = "(%(all)s OR btrim(l.type, %(ws)s) = ANY(%(types)s))"
+        if done_pairs:
+            _to_done(conn, stats, sorted(done_pairs), params, type_ok)
+        if failed_pairs:
+            _failure_classes(conn, stats, sorted(failed_pairs), params, type_ok)
+        waiting = conn.execute(
+            "SELECT type, min(created_at) AS first FROM sheetq_tasks"
+            " WHERE queue = %s AND status IN ('pending', 'retry') GROUP BY type",
+            (store.queue,),
+        ).fetchall()
+    firsts_waiting = [
+        _second(w["first"]) for w in waiting if not wanted or str(w["type"]).strip() in wanted
+    ]
+    if firsts_waiting:
+        stats.oldest_waiting = (now - min(firsts_waiting)).total_seconds()
+    return stats
+
+
+def _in_order(counter: Counter[str], first: dict[str, int]) -> Counter[str]:
+    return Counter({kind: counter[kind] for kind in sorted(counter, key=first.__getitem__)})
+
+
+def _pairs(pairs: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
+    return {"ev": [e for e, _ in pairs], "st": [s for _, s in pairs]}
+
+
+_IN_PAIRS = "(l.event, l.status) IN (SELECT * FROM unnest(%(ev)s::text[], %(st)s::text[]))"
+
+
+def _to_done(
+    conn: psycopg.Connection[Any],
+    stats: Stats,
+    pairs: Sequence[tuple[str, str]],
+    params: dict[str, Any],
+    type_ok: str,
+) -> None:
+    """Enqueue-to-done seconds of each task first done in the window (from its earliest
+    ``enqueued`` row, at any time) and handler durations of its ``done`` rows: their
+    nearest-rank p50/p95 (``percentile_disc``) and how many there are."""
+    done_event = [p for p in pairs if p[0] == "done"]
+    row = conn.execute(
+        f"""
+        WITH done AS (
+            SELECT btrim(l.task_id, %(ws)s) AS task, min(date_trunc('second', l.ts)) AS at
+            FROM sheetq_log l
+            WHERE l.queue = %(q)s AND l.ts >= %(since)s AND {_IN_PAIRS} AND {type_ok}
+            GROUP BY 1),
+        begun AS (
+            SELECT btrim(l.task_id, %(ws)s) AS task, min(date_trunc('second', l.ts)) AS at
+            FROM sheetq_log l
+            WHERE l.queue = %(q)s AND l.event = 'enqueued' AND {type_ok}
+              AND btrim(l.task_id, %(ws)s) IN (SELECT task FROM done)
+            GROUP BY 1),
+        spans AS (
+            SELECT (extract(epoch FROM d.at) - extract(epoch FROM b.at))::bigint AS s
+            FROM done d JOIN begun b USING (task) WHERE b.at <= d.at)
+        SELECT count(*) AS n,
+            percentile_disc(0.5) WITHIN GROUP (ORDER BY s) AS p50,
+            percentile_disc(0.95) WITHIN GROUP (ORDER BY s) AS p95
+        FROM spans
+        """.encode(),
+        params | _pairs(pairs),
+    ).fetchone()
+    assert row is not None
+    stats.to_done = _stand_in(int(row["n"]), row["p50"], row["p95"])
+    if not done_event:
+        return
+    row = conn.execute(
+        f"""
+        SELECT count(*) AS n,
+            percentile_disc(0.5) WITHIN GROUP (ORDER BY l.duration_ms) AS p50,
+            percentile_disc(0.95) WITHIN GROUP (ORDER BY l.duration_ms) AS p95
+        FROM sheetq_log l
+        WHERE l.queue = %(q)s AND l.ts >= %(since)s AND {_IN_PAIRS} AND {type_ok}
+          AND l.duration_ms IS NOT NULL
+        """.encode(),
+        params | _pairs(done_event),
+    ).fetchone()
+    assert row is not None
+    stats.handler_ms = _stand_in(int(row["n"]), row["p50"], row["p95"])
+
+
+def _stand_in(n: int, p50: Any, p95: Any) -> list[int]:
+    """``n`` values whose nearest-rank p50 and p95 are ``p50`` and ``p95`` (what ``Stats``
+    reports of its lists: their length and those two percentiles)."""
+    if n == 0:
+        return []
+    low = -(-n // 2)  # ⌈n/2⌉ values at or below p50 (rank ⌈0.5·n⌉)
+    return [int(p50)] * low + [int(p95)] * (n - low) if p95 >= p50 else [int(p50)] * n
+
+
+def _failure_classes(
+    conn: psycopg.Connection[Any],
+    stats: Stats,
+    pairs: Sequence[tuple[str, str]],
+    params: dict[str, Any],
+    type_ok: str,
+) -> None:
+    """Failures (other than expiry) in the window by the error class of the task's row in
+    Queue, else QueueArchive, while that row is ``failed``; ``unrecorded`` otherwise."""
+    from sheetq.stats import UNRECORDED
+
+    groups = conn.execute(
+        f"""
+        SELECT CASE WHEN t.task_id IS NOT NULL THEN t.status ELSE a.status END AS status,
+               CASE WHEN t.task_id IS NOT NULL THEN t.error_class ELSE a.error_class END
+                   AS error_class,
+               count(*) AS n
+        FROM sheetq_log l
+        LEFT JOIN sheetq_tasks t
+            ON t.queue = l.queue AND t.task_id = btrim(l.task_id, %(ws)s)
+        LEFT JOIN sheetq_archive a
+            ON a.queue = l.queue AND a.task_id = btrim(l.task_id, %(ws)s)
+        WHERE l.queue = %(q)s AND l.ts >= %(since)s AND {_IN_PAIRS} AND {type_ok}
+        GROUP BY 1, 2
+        """.encode(),
+        params | _pairs(pairs),
+    ).fetchall()
+    for g in groups:
+        error_class = str(g["error_class"] or "").strip().lower()
+        failed = Status.parse(g["status"]) is Status.FAILED
+        stats.failed_by_error_class[error_class if failed and error_class else UNRECORDED] += int(
+            g["n"]
+        )
