@@ -16,7 +16,6 @@ Task ids are compared exactly (sheetq writes them without surrounding spaces).
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
 from collections.abc import Collection, Sequence
 from datetime import UTC, datetime, timedelta
@@ -33,8 +32,12 @@ from sheetq.stats import Stats
 from sheetq.store.base import Row, Store
 from sheetq.tally import QueueTally
 
-# Python's str.strip() removes exactly these characters; btrim(x, WS) does the same in SQL.
-WS = "".join(c for c in map(chr, range(sys.maxunicode + 1)) if c.isspace())
+# Python's str.strip() removes exactly these characters (``str.isspace``); btrim(x, WS)
+# does the same in SQL (tests/postgres/test_reports_sql.py checks the list).
+WS = (
+    "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004"
+    "\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
 _OUTCOMES = frozenset({"done", "retry", "failed", "skipped"})
 _SIMPLE = frozenset({"enqueued", "duplicate", "conflict", "claimed", "skipped", "requeued"})
 _WAITING = tuple(sorted(str(s) for s in WAITING))

@@ -80,7 +80,11 @@ def test_an_older_schema_is_refused_with_run_init(
     monkeypatch.setattr(schema, "VERSION", schema.VERSION + 1)
     for args in (["status"], ["enqueue", "job", "{}"], ["list"]):
         r = run_cli(args)
-        assert r.code == 2 and f"schema version {schema.VERSION - 1};" in r.stderr and "sheetq init" in r.stderr
+        assert (
+            r.code == 2
+            and f"schema version {schema.VERSION - 1};" in r.stderr
+            and "sheetq init" in r.stderr
+        )
     assert run_cli(["init"]).code == 0
     assert run_cli(["status"]).code == 0
 

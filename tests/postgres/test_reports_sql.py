@@ -213,3 +213,12 @@ def test_percentile_disc_is_the_nearest_rank_percentile(pg_url: str) -> None:
                 (values,),
             ).fetchone()
             assert got == (percentile(values, 50), percentile(values, 95)), n
+
+
+def test_the_whitespace_sql_strips_is_what_python_strips() -> None:
+    """reports.WS is exactly the characters str.strip() removes (str.isspace)."""
+    import sys
+
+    from sheetq.postgres.reports import WS
+
+    assert "".join(c for c in map(chr, range(sys.maxunicode + 1)) if c.isspace()) == WS
