@@ -80,10 +80,13 @@ def held_by_gone_runs(
     now: datetime,
     settings: Settings,
     killed_here: Iterable[str] = (),
+    run_lease: bool = True,
 ) -> list[HeldGroup]:
     """Group ``processing`` rows by run id and keep the runs that are gone (see the module
     docstring). ``lease_expires``: the expiry of the queue's run lease, ``None`` if absent;
-    ``killed_here``: run ids in this host's journal while no process holds the host lock."""
+    ``killed_here``: run ids in this host's journal while no process holds the host lock.
+    ``run_lease=False`` (PostgreSQL, DESIGN.md §11: no run lease, any number of runs): a
+    run counts as gone only once its rows' lease has passed."""
     killed = set(killed_here)
     live = lease_expires is not None and lease_expires > now
     by_run: dict[str, list[QueueRow]] = {}
@@ -96,7 +99,7 @@ def held_by_gone_runs(
         readable = [t for t in times if isinstance(t, datetime)]
         until = max(readable) if readable and len(readable) == len(times) else None
         expired = until is not None and until <= now
-        running = (
+        running = (not run_lease and until is not None and not expired) or (
             live
             and until is not None
             and not expired

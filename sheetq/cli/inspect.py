@@ -164,6 +164,10 @@ def _gone_runs(settings: Any, info: Any, rows: Any, now: datetime) -> list[Any]:
     killed: list[str] = []
     lock = lock_path(settings)
     journal = Journal(journal_path(lock))
+    if settings.database_url:  # no run lease and no journal: a run is gone when its lease is
+        return held_by_gone_runs(
+            rows, lease_expires=None, now=now, settings=settings, run_lease=False
+        )
     if journal.path.exists():
         state = journal.load()
         if state and host_lock_held(lock) is False:  # its run is not running: killed here

@@ -164,3 +164,40 @@ def test_doctor_reports_the_server_and_never_the_password(
     status = run_cli(["status"])
     assert status.code == 1 and len(status.stderr.strip().splitlines()) == 1
     assert "s3cret-pw" not in r.stdout + r.stderr + status.stdout + status.stderr
+
+
+def test_status_counts_a_live_lease_as_running_and_an_expired_one_as_gone(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL has no run lease: a processing task under a lease that has not ended is a
+    running worker's (not listed as held by a gone run); once its lease has passed, it is."""
+    from sheetq.config import Settings
+    from sheetq.postgres.store import PgStore
+    from sheetq.store.base import ChangeSet, UpdateRow
+
+    task = run_cli(["enqueue", "job", "{}", "--json"]).json()["task_id"]
+    store = PgStore(Settings(spreadsheet="", database_url=pg_url))
+    try:
+        store.apply(
+            ChangeSet(
+                updates=[
+                    UpdateRow(
+                        "Queue",
+                        task,
+                        2,
+                        {
+                            "status": "processing",
+                            "lease_owner": "run_W",
+                            "lease_until": "2026-01-05T10:00:00Z",
+                        },
+                    )
+                ]
+            )
+        )
+    finally:
+        store.close()
+    monkeypatch.setenv("SHEETQ_NOW", "2026-01-05T09:00:00Z")
+    assert run_cli(["status", "--json"]).json()["held_by_gone_runs"] == []
+    monkeypatch.setenv("SHEETQ_NOW", "2026-01-05T10:00:01Z")
+    (gone,) = run_cli(["status", "--json"]).json()["held_by_gone_runs"]
+    assert (gone["run_id"], gone["count"], gone["lease_expired"]) == ("run_W", 1, True)
