@@ -69,6 +69,7 @@ class MirrorReport:
     requests: int = 0
     lag_seconds: float | None = None
     warnings: list[str] = field(default_factory=list)
+    owner_lines: list[str] = field(default_factory=list)  # stderr at -v, one per owner saved
     initialised: list[str] = field(default_factory=list)
     conflict: str = ""
 
@@ -316,6 +317,12 @@ class _Pass:
         self.mirror.apply_edits(conn, changes)
         self.report.requeued += len(requeued)
         self.report.owners_saved += len(owners)
+        owner_at = QUEUE_COLUMNS.index("owner")
+        self.report.owner_lines += [
+            f"{task_id}: owner {locked[task_id][owner_at]!r} -> {edits.owners[task_id]!r} "
+            f"saved from the spreadsheet (updated_at {format_ts(now)}; no QueueLog row)"
+            for task_id in owners
+        ]
         truth.update(self.mirror.tasks(conn, ids))
 
 
