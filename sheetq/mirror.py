@@ -46,6 +46,7 @@ from sheetq.times import format_ts
 
 MAX_WRITE_BYTES = 9_000_000  # request JSON per write; Google refuses a body over 10,485,760
 OPEN = ("pending", "processing", "retry", "failed")  # always in the mirror
+_TASK_ID = QUEUE_COLUMNS.index("task_id")
 _STATUS = QUEUE_COLUMNS.index("status")
 _OWNER = QUEUE_COLUMNS.index("owner")
 _UPDATE_OVERHEAD = 160  # bytes of one updateCells request around its cells
@@ -75,7 +76,7 @@ def written_of(texts: Texts) -> Written:
 
 def row_texts(values: Mapping[str, CellValue]) -> Texts:
     """A sheet row's sheetq cells as text (numbers without a needless ``.0``)."""
-    return tuple(v if type(v) is str else cell_text(v) for v in map(values.get, QUEUE_COLUMNS))
+    return tuple([v if type(v) is str else cell_text(v) for v in map(values.get, QUEUE_COLUMNS)])
 
 
 @dataclass(frozen=True)
@@ -93,10 +94,11 @@ def sheet_rows(sheet: Snapshot) -> list[SheetRow]:
     out: list[SheetRow] = []
     seen: set[str] = set()
     for row in sheet.rows:
-        task_id = cell_text(row.values.get("task_id")).strip()
+        texts = row_texts(row.values)
+        task_id = texts[_TASK_ID].strip()
         if task_id and task_id not in seen:
             seen.add(task_id)
-            out.append(SheetRow(row.number, task_id, row_texts(row.values)))
+            out.append(SheetRow(row.number, task_id, texts))
     return out
 
 
@@ -276,6 +278,29 @@ class WritePlan:
     put_back: int
 
 
+def _put_back(now: Texts, true: Texts, last: Written) -> bool:
+    """Whether a row being rewritten holds cells a person typed that PostgreSQL does not
+    take: any typed cell but ``status``/``owner``, or a status or owner that differs from
+    PostgreSQL's after the pass applied the edits (an applied requeue or owner is not a
+    put-back, nor is the write of the ``updated_at`` it changed)."""
+    if digest(now) == last.digest:
+        return False  # as the mirror wrote it: PostgreSQL changed, nobody typed
+    others = list(now)
+    others[_STATUS], others[_OWNER] = last.status, last.owner
+    if digest(tuple(others)) != last.digest:
+        return True
+    if now[_STATUS] != last.status:
+        wanted = Status.parse(now[_STATUS])
+        requeued = (
+            last.status in ("failed", "skipped")
+            and wanted in (Status.PENDING, Status.RETRY)
+            and true[_STATUS] == Status.PENDING.value
+        )
+        if not requeued and (wanted is None or wanted.value != true[_STATUS]):
+            return True
+    return now[_OWNER] != last.owner and now[_OWNER].strip() != true[_OWNER]
+
+
 def plan_write(
     sheet: Snapshot,
     truth: Mapping[str, Texts],
@@ -328,8 +353,8 @@ def plan_write(
                 record[task_id] = mine
             continue
         changed = [name for i, name in enumerate(QUEUE_COLUMNS) if now[i] != true[i]]
-        if last is not None and digest(now) != last.digest:
-            put_back += 1  # a person's cells, put back (or an edit just applied)
+        if last is not None and _put_back(now, true, last):
+            put_back += 1
         values = cell_values(true)
         cells = {name: values[name] for name in changed}
         chunk = room(_UPDATE_OVERHEAD + sum(_CELL + len(json.dumps(v)) for v in cells.values()))

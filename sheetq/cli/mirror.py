@@ -18,7 +18,8 @@ def mirror(
     every open task and the finished ones of the last `[mirror] keep_finished` (default 7d)
     into the Queue worksheet, appends new log rows to QueueLog and removes rows that left
     the window: 1 Sheets request when nothing changed, 2 otherwise. `pending`/`retry` typed
-    over a failed or skipped row requeues the task; a changed owner is saved; anything else
+    over a failed or skipped row requeues the task; a changed owner is saved (its
+    updated_at changes, no QueueLog row; one stderr line each with -v); anything else
     typed into sheetq's columns is put back (one line on stderr per row). Exit 1 when
     Google fails (the queue is untouched; the next pass catches up).
 
@@ -38,6 +39,9 @@ def mirror(
         warn(line)
     for line in report.warnings:
         warn(line)
+    if state.verbose:
+        for line in report.owner_lines:
+            warn(line)
     if report.conflict:
         warn(report.conflict)
     if as_json:

@@ -421,20 +421,21 @@ class GoogleStore(VerifiedWrites):
     ) -> Snapshot:
         """A whole-column read of ``names`` from grid data (rows 2 to the last with a value
         in one of them), shaped as ``read`` shapes it."""
-        indexes = [sheet.columns[n] for n in names]
-        height = max(
+        pairs = [(n, sheet.columns[n]) for n in names]
+        height = next(
             (
                 number
-                for number, row in cells.items()
-                if number > 1 and any(cell_text(row.get(i)) != "" for i in indexes)
+                for number in sorted(cells, reverse=True)  # the last row first: one look
+                if number > 1 and any(cell_text(cells[number].get(i)) != "" for _, i in pairs)
             ),
-            default=1,
+            1,
         )
         self._tails[sheet.title] = height
-        rows = [
-            Row(number, {n: cells.get(number, {}).get(sheet.columns[n]) for n in names})
-            for number in range(2, height + 1)
-        ]
+        empty: Mapping[int, CellValue] = {}
+        rows = []
+        for number in range(2, height + 1):
+            got = cells.get(number, empty).get
+            rows.append(Row(number, {n: got(i) for n, i in pairs}))
         return Snapshot(read.worksheet, sheet.header, rows, tuple(names), whole=True)
 
     def _info(self, meta: Mapping[str, Any]) -> WorkbookInfo:

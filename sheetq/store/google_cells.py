@@ -82,11 +82,22 @@ def _grid_cells(sheet: Mapping[str, Any]) -> dict[int, dict[int, CellValue]]:
     for block in sheet.get("data") or []:
         start = int(block.get("startRow", 0) or 0)
         left = int(block.get("startColumn", 0) or 0)
-        for offset, row in enumerate(block.get("rowData") or []):
-            for index, cell in enumerate(row.get("values") or []):
+        for number, row in enumerate(block.get("rowData") or [], start + 1):
+            cells: dict[int, CellValue] = {}
+            for index, cell in enumerate(row.get("values") or (), left):
+                # the common cell, {"effectiveValue": {"stringValue": …}}, without a call
+                found = cell.get("effectiveValue") if cell else None
+                if type(found) is dict and len(found) == 1 and "stringValue" in found:
+                    cells[index] = found["stringValue"]
+                    continue
                 value = _echo_value(cell or {})
                 if value is not None:
-                    out.setdefault(start + offset + 1, {})[left + index] = value
+                    cells[index] = value
+            if cells:
+                if number in out:
+                    out[number].update(cells)
+                else:
+                    out[number] = cells
     return out
 
 

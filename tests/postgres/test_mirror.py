@@ -182,13 +182,14 @@ def test_managers_column_kept_across_passes(mirrored: Mirrored) -> None:
 @pytest.mark.parametrize("typed", ["pending", " Retry ", "PENDING"])
 def test_typed_pending_over_failed_requeues(mirrored: Mirrored, typed: str) -> None:
     """`pending`/`retry` (any case, stray spaces) typed over a failed row requeues the task in
-    PostgreSQL, logged `requeued` (was failed), and the sheet shows it pending."""
+    PostgreSQL, logged `requeued` (was failed), and the sheet shows it pending (an applied
+    edit, not counted as put back)."""
     ids = mirrored.enqueue(2)
     mirrored.set_status(ids[0], "failed", error_class="permanent", retry_count=3)
     mirrored.passed()
     mirrored.book.set_cell("Queue", int(mirrored.row(ids[0])["_row"]), "status", typed)
     doc = mirrored.passed()
-    assert doc["requeued"] == 1
+    assert doc["requeued"] == 1 and doc["put_back"] == 0
     assert mirrored.sql("SELECT status FROM sheetq_tasks WHERE task_id = %s", (ids[0],)) == [
         ("pending",)
     ]
@@ -252,18 +253,28 @@ def test_typed_over_processing_row_does_not_requeue(mirrored: Mirrored) -> None:
 
 
 def test_owner_change_saved(mirrored: Mirrored) -> None:
-    """A manager's new owner is saved in PostgreSQL and stays in the sheet."""
+    """A manager's new owner is saved in PostgreSQL with a new updated_at and no QueueLog
+    row, counted in owners_saved, named on stderr at -v, and stays in the sheet."""
     (task_id,) = mirrored.enqueue(1)
     mirrored.set_status(task_id, "failed", owner="ops")
     mirrored.passed()
+    logged = mirrored.sql("SELECT count(*) FROM sheetq_log")
     mirrored.book.set_cell("Queue", int(mirrored.row(task_id)["_row"]), "owner", "sales")
-    doc = mirrored.passed()
+    later = NOW + timedelta(minutes=5)
+    mirrored.at(later)
+    mirrored.emulator.reset_counts()
+    result = run_cli(["-v", "mirror", "--json"])
+    assert result.code == 0, result.stderr
+    doc = result.json()
     assert doc["owners_saved"] == 1 and doc["put_back"] == 0
-    assert mirrored.sql("SELECT owner FROM sheetq_tasks WHERE task_id = %s", (task_id,)) == [
-        ("sales",)
-    ]
+    assert f"{task_id}: owner 'ops' -> 'sales' saved" in result.stderr
+    assert mirrored.sql(
+        "SELECT owner, updated_at FROM sheetq_tasks WHERE task_id = %s", (task_id,)
+    ) == [("sales", later)]
+    assert mirrored.sql("SELECT count(*) FROM sheetq_log") == logged, "no QueueLog row"
     assert mirrored.row(task_id)["owner"] == "sales"
-    assert mirrored.passed()["owners_saved"] == 0
+    again = run_cli(["-v", "mirror", "--json"])
+    assert again.json()["owners_saved"] == 0 and "owner" not in again.stderr
 
 
 def test_other_edits_put_back_and_warned_once(mirrored: Mirrored) -> None:
