@@ -13,6 +13,7 @@ from sheetq.errors import ConfigError
 
 if TYPE_CHECKING:
     from sheetq.config import Settings
+    from sheetq.port import QueuePort
     from sheetq.store.base import Store
 
 
@@ -59,6 +60,20 @@ class Context:
             )
             self.stores.append(self._store)
         return self._store
+
+    def queue(
+        self, *, create: bool = False, time_limit: float | None = None, time_limit_name: str = ""
+    ) -> QueuePort:
+        """The queue port (``sheetq.port.open_queue``) over this context's store, which it
+        opens on first use with these arguments (see ``store``)."""
+        from sheetq.port import open_queue
+
+        return open_queue(
+            self.settings(),
+            store=lambda: self.store(
+                create=create, time_limit=time_limit, time_limit_name=time_limit_name
+            ),
+        )
 
     def clock(self) -> Clock:
         if self._clock is None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -52,12 +51,8 @@ def archive(
 
       sheetq archive --log-older-than 90d
     """
-    from sheetq.archive import TASK_IDS_SHOWN, run_archive
+    from sheetq.archive import TASK_IDS_SHOWN
     from sheetq.cli.app import state
-    from sheetq.model import new_run_id
-    from sheetq.runner import host_lock as host_lock_for
-    from sheetq.runner import lease_name
-    from sheetq.schema import check_schema
     from sheetq.times import format_ts, parse_duration
 
     if older_than is None and log_older_than is None:
@@ -75,63 +70,25 @@ def archive(
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    from sheetq.archive import ArchiveReport as _Report
-    from sheetq.log_archive import LogArchiveReport, run_log_archive
-
     settings = state.settings()
-    store = state.store()
-
-    now = state.clock().now()
-    logs: list[LogArchiveReport] = []
-
-    def run() -> ArchiveReport:
-        info = store.open()  # after the host lock: the lease seen is the current one
-        check_schema(info, settings, archive=seconds is not None)
-        if seconds is None:
-            report = _Report(dry_run, now)
-        else:
-            report = run_archive(
-                store,
-                info,
-                settings,
-                now=now,
-                older_than=seconds,
-                include_failed=include_failed,
-                dry_run=dry_run,
-                run_id=new_run_id("archive"),
-                lease_name=lease_name(settings.queue_sheet),
-                # PostgreSQL: one transaction, however many rows (no request cap)
-                max_bytes=sys.maxsize if settings.database_url else None,
-            )
-        if log_seconds is not None and not report.locked:
-            logs.append(
-                run_log_archive(
-                    store, info, settings, now=now, older_than=log_seconds, dry_run=dry_run
-                )
-            )
-        return report
-
-    if dry_run or settings.database_url:
-        # PostgreSQL has no run lock: workers and archive share the queue row by row (a
-        # move applies only to a row still as read), so there is nothing to wait for
-        report = run()
-    else:
-        from filelock import Timeout
-
-        # Exclusive with `process` on this host: a run holds rows by number between reads.
-        host_lock = host_lock_for(settings, timeout=LOCK_WAIT)
-        try:
-            host_lock.acquire()
-        except Timeout:
-            where = host_lock.lock_file
-            warn(f"a sheetq process run on this host holds this queue ({where}); nothing archived")
-            if as_json:
-                emit_json({"archived": 0, "dry_run": False, "locked": True})
-            return
-        try:
-            report = run()
-        finally:
-            host_lock.release()
+    queue = state.queue()
+    outcome = queue.archive(
+        now=state.clock().now(),
+        older_than=seconds,
+        log_older_than=log_seconds,
+        include_failed=include_failed,
+        dry_run=dry_run,
+        lock_wait=LOCK_WAIT,
+    )
+    report, logs = outcome.report, outcome.logs
+    if report is None:  # a `process` run on this host held the queue past LOCK_WAIT
+        warn(
+            f"a sheetq process run on this host holds this queue ({outcome.held_by}); "
+            "nothing archived"
+        )
+        if as_json:
+            emit_json({"archived": 0, "dry_run": False, "locked": True})
+        return
     by_status = {s: report.by_status.get(s, 0) for s in ("done", "skipped", "failed")}
     if as_json:
         doc: dict[str, object] = {

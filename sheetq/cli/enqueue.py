@@ -116,10 +116,8 @@ def enqueue(
     """
     from sheetq.cli.app import state
     from sheetq.config import TYPE_PATTERN, TYPE_RULE  # one rule for the CLI and sheetq.toml
-    from sheetq.enqueue import enqueue as enqueue_tasks
-    from sheetq.enqueue import open_for_enqueue, prepare
+    from sheetq.enqueue import prepare
     from sheetq.idempotency import parse_payload
-    from sheetq.schema import check_schema
 
     if not TYPE_PATTERN.match(task_type):
         raise UsageError(f"TYPE {task_type!r}: {TYPE_RULE}")
@@ -160,28 +158,14 @@ def enqueue(
         return
 
     # Everything from here on ends within SHEETQ_ENQUEUE_TIMEOUT, retries included (§4).
-    store = state.store(
+    queue = state.queue(
         time_limit=settings.enqueue_timeout,
         time_limit_name="SHEETQ_ENQUEUE_TIMEOUT",
     )
-    if settings.database_url:  # PostgreSQL: only the batch's keys, one transaction (§11)
-        from sheetq.postgres.enqueue import enqueue as enqueue_pg
-        from sheetq.postgres.store import PgStore
-
-        assert isinstance(store, PgStore)
-        not_before = _when(delay, at, "UTC")
-        for task in tasks:
-            task.not_before = not_before
-        results = enqueue_pg(store, settings, tasks, now=state.clock().now())
-    else:
-        info, keys = open_for_enqueue(store, settings)  # one request on an init-made sheet
-        check_schema(info, settings, archive=True)
-        not_before = _when(delay, at, info.time_zone)
-        for task in tasks:
-            task.not_before = not_before
-        results = enqueue_tasks(
-            store, info, settings, tasks, now=state.clock().now(), snapshots=keys
-        )
+    results = queue.enqueue(
+        tasks, clock=state.clock(), not_before=lambda tz_name: _when(delay, at, tz_name)
+    )
+    not_before = tasks[0].not_before
 
     if (
         settings.config_path is not None

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-from datetime import datetime
 from typing import Annotated, Any
 
 import typer
@@ -12,13 +10,6 @@ from sheetq.cli._output import echo, emit_json, table, warn
 from sheetq.errors import UsageError
 
 STATUS_ORDER = ("pending", "processing", "retry", "done", "failed", "skipped")
-
-
-def sql_reports(settings: Any) -> bool:
-    """On PostgreSQL, ``status``/``list``/``show``/``stats`` compute in SQL
-    (``sheetq.postgres.reports``); ``SHEETQ_PG_REPORTS=python`` forces the shared Python
-    path over every row (the reference the tests compare them with)."""
-    return bool(settings.database_url) and os.environ.get("SHEETQ_PG_REPORTS", "") != "python"
 
 
 def status(
@@ -35,25 +26,12 @@ def status(
     """
     from sheetq.cells import cell_usage
     from sheetq.cli.app import state
-    from sheetq.queue import STATUS_COLUMNS, parse_rows
-    from sheetq.schema import check_schema
-    from sheetq.store.base import Read
-    from sheetq.tally import tally_rows
     from sheetq.times import format_duration, format_ts, zone
 
     settings = state.settings()
-    store = state.store()
-    info = store.open()
-    check_schema(info, settings)
-    now = state.clock().now()
-    if sql_reports(settings):  # PostgreSQL: GROUP BY, not every row (sheetq.postgres.reports)
-        from sheetq.postgres.reports import status_tally
-
-        tally = status_tally(store, settings, now)
-    else:
-        (snap,) = store.read([Read(settings.queue_sheet, STATUS_COLUMNS)])
-        rows = parse_rows(snap.rows, zone(info.time_zone), info.locale)
-        tally = tally_rows(rows, settings, now)
+    clock = state.clock()
+    report = state.queue().status(clock=clock)
+    info, tally, gone, now = report.info, report.tally, report.gone, report.now
     counts, by_type, strange, oldest = tally.counts, tally.by_type, tally.strange, tally.oldest
     due, owed, without_handler = tally.due, tally.owed, tally.without_handler
     unrecognised, unparseable = tally.unrecognised, tally.unparseable
@@ -63,7 +41,6 @@ def status(
             f"due (DESIGN.md §2): {', '.join(unparseable[:5])}"
             + (" …" if len(unparseable) > 5 else "")
         )
-    gone = _gone_runs(settings, info, tally.processing, now) if counts.get("processing") else []
     tz = zone(info.time_zone)
     cells = cell_usage(
         info,
@@ -154,33 +131,6 @@ def status(
         echo(mirror_status_line(mirror))
 
 
-def _gone_runs(settings: Any, info: Any, rows: Any, now: datetime) -> list[Any]:
-    """Processing rows whose run is gone, by run (see ``sheetq.held``)."""
-    from sheetq.held import held_by_gone_runs
-    from sheetq.journal import Journal, host_lock_held, journal_path
-    from sheetq.runner import lease_expiry, lease_name, lock_path
-
-    token = info.leases.get(lease_name(settings.queue_sheet))
-    killed: list[str] = []
-    lock = lock_path(settings)
-    journal = Journal(journal_path(lock))
-    if settings.database_url:  # no run lease and no journal: a run is gone when its lease is
-        return held_by_gone_runs(
-            rows, lease_expires=None, now=now, settings=settings, run_lease=False
-        )
-    if journal.path.exists():
-        state = journal.load()
-        if state and host_lock_held(lock) is False:  # its run is not running: killed here
-            killed = list(state.runs)
-    return held_by_gone_runs(
-        rows,
-        lease_expires=lease_expiry(token) if token else None,
-        now=now,
-        settings=settings,
-        killed_here=killed,
-    )
-
-
 def _row_doc(row: Any, positions: bool = True) -> dict[str, Any]:
     """A row as ``list``/``show`` print it: ``row`` is its sheet row, ``None`` on PostgreSQL
     (a database row has no sheet position, DESIGN.md §11); then its cells by column."""
@@ -217,8 +167,6 @@ def list_rows(
     """
     from sheetq.cli.app import state
     from sheetq.model import Status
-    from sheetq.schema import check_schema
-    from sheetq.store.base import Read, has_positions
 
     wanted = set()
     for value in status_filter or ():
@@ -226,25 +174,9 @@ def list_rows(
         if parsed is None:
             raise UsageError(f"--status {value!r}: expected one of {', '.join(STATUS_ORDER)}")
         wanted.add(parsed)
-    settings = state.settings()
-    store = state.store()
-    check_schema(store.open(), settings)
-    if sql_reports(settings):  # PostgreSQL: WHERE … ORDER BY … LIMIT
-        from sheetq.postgres.reports import list_rows as select_rows
-
-        picked = select_rows(store, sorted(str(s) for s in wanted), types or [], limit)
-    else:
-        (snap,) = store.read([Read(settings.queue_sheet)])
-        picked = [
-            r
-            for r in snap.rows
-            if r.text("task_id")
-            and (not wanted or Status.parse(r.text("status")) in wanted)
-            and (not types or r.text("type") in types)
-        ]
-        if limit:
-            picked = picked[:limit]
-    positions = has_positions(store)
+    queue = state.queue()
+    picked = queue.list_rows(statuses=wanted, types=types or [], limit=limit)
+    positions = queue.positions
     if as_json:
         emit_json({"rows": [_row_doc(r, positions) for r in picked]})
         return
@@ -291,30 +223,12 @@ def show(
       sheetq show t_01JDF3K4Z8Q9W2E5R7T1Y3U6I0
     """
     from sheetq.cli.app import state
-    from sheetq.schema import check_schema
-    from sheetq.store.base import Read, has_positions
 
     settings = state.settings()
-    store = state.store()
-    info = store.open()
-    check_schema(info, settings)
-    positions = has_positions(store)
-    if sql_reports(settings):  # PostgreSQL: lookups by task_id
-        from sheetq.postgres.reports import show_rows
-
-        found, history = show_rows(store, task_id)
-    else:
-        reads = [Read(settings.queue_sheet), Read(settings.log_sheet)]
-        has_archive = settings.archive_sheet in info.sheets
-        if has_archive:
-            reads.append(Read(settings.archive_sheet))
-        snaps = store.read(reads)
-        found = [(settings.queue_sheet, r) for r in snaps[0].rows if r.text("task_id") == task_id]
-        if has_archive:
-            found += [
-                (settings.archive_sheet, r) for r in snaps[2].rows if r.text("task_id") == task_id
-            ]
-        history = [r for r in snaps[1].rows if r.text("task_id") == task_id]
+    queue = state.queue()
+    report = queue.show(task_id)
+    positions = queue.positions
+    found, history = report.found, report.history
     if not found and not history:
         raise UsageError(
             f"no task {task_id!r} in {settings.queue_sheet}, "

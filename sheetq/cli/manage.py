@@ -12,6 +12,7 @@ from sheetq.errors import UsageError
 
 if TYPE_CHECKING:
     from sheetq.model import Status
+    from sheetq.port import ChangeReport
     from sheetq.queue import QueueRow
 
 
@@ -43,80 +44,9 @@ def init(
 
       sheetq init --dashboard
     """
-    from sheetq.adopt import adopt_rows
     from sheetq.cli.app import state
-    from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS
 
-    settings = state.settings()
-    if settings.database_url:
-        _init_postgres(dashboard)
-        return
-    store = state.store(create=True)
-    added = store.ensure_worksheets(
-        {
-            settings.queue_sheet: QUEUE_COLUMNS,
-            settings.log_sheet: LOG_COLUMNS,
-            settings.archive_sheet: QUEUE_COLUMNS,
-            settings.log_archive_sheet: LOG_COLUMNS,
-        }
-    )
-    info = store.open()
-    for title in (settings.queue_sheet, settings.log_sheet, settings.archive_sheet):
-        info.sheet(title).columns(QUEUE_COLUMNS if title != settings.log_sheet else LOG_COLUMNS)
-    for title, columns in added.items():
-        echo(f"{title}: added column(s) {', '.join(columns)}")
-    for line in store.fit_grids(
-        [
-            settings.queue_sheet,
-            settings.log_sheet,
-            settings.archive_sheet,
-            settings.log_archive_sheet,
-        ]
-    ):
-        echo(line)
-    report = adopt_rows(store, info, settings, now=state.clock().now())
-    for line in report:
-        echo(line)
-    if fmt:
-        for line in store.format_worksheets(
-            settings.queue_sheet, settings.log_sheet, settings.archive_sheet
-        ):
-            echo(line)
-    if dashboard:
-        from sheetq.dashboard import build_dashboard
-
-        for line in build_dashboard(store, settings):
-            echo(line)
-    if not added and not report:
-        echo(
-            f"{info.title}: {settings.queue_sheet}, {settings.log_sheet} and "
-            f"{settings.archive_sheet} are ready"
-        )
-    else:
-        echo(f"{info.title}: ready")
-
-
-def _init_postgres(dashboard: bool) -> None:
-    """``init`` on PostgreSQL (DESIGN.md §11 "Schema"): apply the migrations the database
-    lacks and say which, or that the schema is current. Formatting, the dashboard and the
-    adoption of Apps Script rows are things of a spreadsheet: a database has none."""
-    from sheetq.cli.app import state
-    from sheetq.postgres.store import PgStore
-
-    if dashboard:
-        raise UsageError(
-            "--dashboard builds a Dashboard worksheet in a spreadsheet; a queue in PostgreSQL "
-            "(SHEETQ_DATABASE_URL) has none: use `sheetq status` and `sheetq stats`"
-        )
-    queue = state.settings().queue_sheet
-    store = state.store()
-    assert isinstance(store, PgStore)
-    applied, version = store.upgrade_schema()
-    where = f"PostgreSQL {store.where}"
-    for number, name in applied:
-        echo(f"{where}: applied schema migration {number} ({name})")
-    state_words = "" if applied else " is current, nothing to do"
-    echo(f"{where}: schema version {version}{state_words}; queue {queue!r} ready")
+    state.queue(create=True).init(fmt=fmt, dashboard=dashboard, clock=state.clock(), say=echo)
 
 
 def requeue(
@@ -151,8 +81,8 @@ def requeue(
 
       sheetq requeue --task t_01JDF3K4Z8Q9W2E5R7T1Y3U6I0 --reset-attempts
     """
-    from sheetq.model import ErrorClass, Status, new_run_id
-    from sheetq.operations import plan_requeue
+    from sheetq.cli.app import state
+    from sheetq.model import ErrorClass, Status
 
     wanted: list[Status] = _statuses(statuses) if statuses else [Status.FAILED]
     for value in error_classes or ():
@@ -160,19 +90,18 @@ def requeue(
             raise UsageError(
                 f"--error-class {value!r}: expected one of {', '.join(e.value for e in ErrorClass)}"
             )
-    _change(
+    report = state.queue().requeue(
+        task_ids=task_ids or (),
+        statuses=wanted,
+        types=types or (),
+        error_classes=error_classes or (),
+        reset_attempts=reset_attempts,
+        dry_run=dry_run,
+        clock=state.clock(),
+    )
+    _report(
         "requeue",
-        lambda rows, settings, now: plan_requeue(
-            rows,
-            settings=settings,
-            now=now,
-            task_ids=task_ids or (),
-            statuses=wanted,
-            types=types or (),
-            error_classes=error_classes or (),
-            reset_attempts=reset_attempts,
-            run_id=new_run_id("requeue"),
-        ),
+        report,
         task_ids=task_ids or (),
         dry_run=dry_run,
         as_json=as_json,
@@ -194,19 +123,14 @@ def skip(
 
       sheetq skip --task t_01JDF3K4Z8Q9W2E5R7T1Y3U6I0 --reason "customer called, done by hand"
     """
-    from sheetq.model import new_run_id
-    from sheetq.operations import plan_skip
+    from sheetq.cli.app import state
 
-    _change(
+    report = state.queue().skip(
+        task_ids=task_ids, reason=reason, dry_run=dry_run, clock=state.clock()
+    )
+    _report(
         "skip",
-        lambda rows, settings, now: plan_skip(
-            rows,
-            settings=settings,
-            now=now,
-            task_ids=task_ids,
-            reason=reason,
-            run_id=new_run_id("skip"),
-        ),
+        report,
         task_ids=task_ids,
         dry_run=dry_run,
         as_json=as_json,
@@ -277,30 +201,21 @@ def _statuses(values: list[str]) -> list[Status]:
     return out
 
 
-def _change(  # type: ignore[no-untyped-def]
-    verb: str, plan, *, task_ids, dry_run: bool, as_json: bool, why: Callable[[QueueRow], str]
+def _report(
+    verb: str,
+    report: ChangeReport,
+    *,
+    task_ids: Sequence[str],
+    dry_run: bool,
+    as_json: bool,
+    why: Callable[[QueueRow], str],
 ) -> None:
-    """Plan, apply and report a change to named or filtered rows. Named tasks that were not
-    changed are reported one by one with the reason; if none of them was, exit 2."""
+    """Report a change to named or filtered rows. Named tasks that were not changed are
+    reported one by one with the reason; if none of them was, exit 2."""
     from sheetq.cli.app import state
-    from sheetq.queue import SCAN_COLUMNS, parse_rows
-    from sheetq.schema import check_schema
-    from sheetq.store.base import Read, apply_as_read
-    from sheetq.times import zone
 
     settings = state.settings()
-    store = state.store()
-    info = store.open()
-    check_schema(info, settings)
-    (snap,) = store.read([Read(settings.queue_sheet, SCAN_COLUMNS)])
-    rows = parse_rows(snap.rows, zone(info.time_zone), info.locale)
-    picked, changes = plan(rows, settings, state.clock().now())
-    unknown = sorted(set(task_ids) - {r.task_id for r in rows})
-    refused = sorted(set(task_ids) - set(unknown) - {r.task_id for r in picked})
-    if not dry_run and changes:
-        result = apply_as_read(store, changes, (snap,))  # PostgreSQL: rows still as read
-        gone = set(result.missing)
-        picked = [r for r in picked if r.task_id not in gone]
+    picked, unknown, refused = report.picked, report.unknown, report.refused
     done_word = {"requeue": "requeued", "skip": "skipped"}[verb]
     if as_json:
         emit_json(
@@ -322,8 +237,7 @@ def _change(  # type: ignore[no-untyped-def]
         echo(f"{'would be ' if dry_run else ''}{done_word}: {len(picked)}")
     for task_id in unknown:
         warn(f"{task_id}: no such task in {settings.queue_sheet}")
-    by_id = {r.task_id: r for r in rows}
     for task_id in refused:
-        warn(f"{task_id}: not {done_word}: {why(by_id[task_id])}")
+        warn(f"{task_id}: not {done_word}: {why(report.by_id[task_id])}")
     if task_ids and not picked:  # asked to act on named tasks, acted on none: a refusal
         raise typer.Exit(2)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -67,7 +67,6 @@ def process(
       sheetq process --type lead --batch-size 50 --json
     """
     from sheetq.cli.app import state
-    from sheetq.runner import Runner
     from sheetq.summary import RunOptions, summary_line
     from sheetq.times import parse_duration
 
@@ -94,16 +93,10 @@ def process(
         from sheetq.alerts import make_notifier
 
         notifier = make_notifier(settings, verbose=state.verbose)
-    store = state.store()
+    queue = state.queue()
     show_progress = not (as_json or quiet) and err().is_terminal
-    runner_class: Any = Runner
-    if settings.database_url:  # PostgreSQL: claims and settles per task (DESIGN.md §11)
-        from sheetq.postgres.runner import PgRunner
-
-        runner_class = PgRunner
-    runner = runner_class(
-        store,
-        settings,
+    summary = queue.run(
+        options,
         clock=state.clock(),
         rng=state.rng(),
         notifier=notifier,
@@ -111,7 +104,6 @@ def process(
         if show_progress
         else None,
     )
-    summary = runner.run(options)
     undelivered = notifier is not None and summary.alerts_owed > 0
     if not quiet or undelivered:  # -q still reports alerts Telegram did not take
         for note in summary.notes:

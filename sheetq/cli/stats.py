@@ -36,37 +36,11 @@ def stats(
       sheetq stats --since 2026-01-01T00:00:00Z --type lead --json
     """
     from sheetq.cli.app import state
-    from sheetq.cli.inspect import sql_reports
-    from sheetq.schema import check_schema
-    from sheetq.stats import ARCHIVE_COLUMNS, LOG_COLUMNS, QUEUE_COLUMNS, compute
-    from sheetq.store.base import Read
-    from sheetq.times import zone
 
     settings = state.settings()
     now = state.clock().now()
     start = parse_since(since, now)
-    store = state.store()
-    info = store.open()
-    check_schema(info, settings)
-    if sql_reports(settings):  # PostgreSQL: aggregated in SQL over the window
-        from sheetq.postgres.reports import window_stats
-
-        result = window_stats(store, since=start, now=now, types=types or ())
-    else:
-        reads = [Read(settings.log_sheet, LOG_COLUMNS), Read(settings.queue_sheet, QUEUE_COLUMNS)]
-        if settings.archive_sheet in info.sheets:
-            reads.append(Read(settings.archive_sheet, ARCHIVE_COLUMNS))
-        snaps = store.read(reads)
-        result = compute(
-            snaps[0].rows,
-            snaps[1].rows,
-            snaps[2].rows if len(snaps) > 2 else (),
-            since=start,
-            now=now,
-            types=types or (),
-            tz=zone(info.time_zone),
-            locale=info.locale,
-        )
+    result = state.queue().stats(since=start, now=now, types=types or ())
     if as_json:
         emit_json(result.as_json())
     else:
