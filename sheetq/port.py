@@ -103,11 +103,7 @@ class QueuePort(Protocol):
     """
 
     settings: Settings
-
-    @property
-    def positions(self) -> bool:
-        """Whether rows have sheet positions (``row`` in reports; ``null`` on PostgreSQL)."""
-        ...
+    positions: bool  # rows have sheet positions (``row`` in reports; ``null`` on PostgreSQL)
 
     def init(self, *, fmt: bool, dashboard: bool, clock: Clock, say: Callable[[str], None]) -> None:
         """Create or upgrade the queue's storage; each line of what was done goes to ``say``."""

@@ -40,6 +40,8 @@ class SheetQueue:
     """The queue in a spreadsheet or a ``local:`` workbook. ``store`` makes the store on
     first use (see ``sheetq.port.open_queue``)."""
 
+    positions = True  # a row is a sheet row a person can go to
+
     def __init__(self, settings: Settings, store: Callable[[], Store]) -> None:
         self.settings = settings
         self._factory = store
@@ -51,13 +53,6 @@ class SheetQueue:
         if self._store is None:
             self._store = self._factory()
         return self._store
-
-    @property
-    def positions(self) -> bool:
-        """Rows have sheet positions."""
-        from sheetq.store.base import has_positions
-
-        return has_positions(self.store)
 
     def init(self, *, fmt: bool, dashboard: bool, clock: Clock, say: Callable[[str], None]) -> None:
         """Create or adopt the four worksheets, fit grids, adopt old rows, format, and build

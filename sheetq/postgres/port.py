@@ -53,6 +53,8 @@ class PgQueue:
     """The queue in PostgreSQL. ``store`` makes the ``PgStore`` (and so connects) on first
     use (see ``sheetq.port.open_queue``)."""
 
+    positions = False  # a database row has no sheet position: reports print ``row: null``
+
     def __init__(self, settings: Settings, store: Callable[[], Store]) -> None:
         self.settings = settings
         self._factory = store
@@ -66,11 +68,6 @@ class PgQueue:
             assert isinstance(store, PgStore)
             self._store = store
         return self._store
-
-    @property
-    def positions(self) -> bool:
-        """A database row has no sheet position: reports print ``row: null``."""
-        return False
 
     def init(self, *, fmt: bool, dashboard: bool, clock: Clock, say: Callable[[str], None]) -> None:
         """``init`` on PostgreSQL (DESIGN.md §11 "Schema"): apply the migrations the database
