@@ -81,7 +81,37 @@ def claim(
     rng: random.Random,
     dry_run: bool = False,
 ) -> BatchPlan:
-    """Claim up to ``batch_size`` due tasks for ``run_id``, in one transaction.
+    """Claim up to ``batch_size`` due tasks for ``run_id``, in one transaction
+    (``claim_in``). With ``dry_run`` nothing is locked or written."""
+    with store.transaction() as conn:
+        return claim_in(
+            store,
+            conn,
+            run_id=run_id,
+            now=now,
+            batch_size=batch_size,
+            types=types,
+            open_circuits=open_circuits,
+            settings=settings,
+            rng=rng,
+            dry_run=dry_run,
+        )
+
+
+def claim_in(
+    store: PgStore,
+    conn: psycopg.Connection[Any],
+    *,
+    run_id: str,
+    now: datetime,
+    batch_size: int,
+    types: Sequence[str],
+    open_circuits: Iterable[str],
+    settings: Settings,
+    rng: random.Random,
+    dry_run: bool = False,
+) -> BatchPlan:
+    """Claim up to ``batch_size`` due tasks for ``run_id`` inside the caller's transaction.
 
     Locks (``FOR UPDATE SKIP LOCKED``) the ``processing`` rows whose lease ran out (up to
     ``RECOVER_LIMIT``) and the oldest due ``pending``/``retry`` rows of runnable types (up
@@ -89,34 +119,41 @@ def claim(
     recoveries, expiries, requeues and the claims with their log rows commit together.
     Returns the plan; its claims carry whole rows (``payload_json`` included). With
     ``dry_run`` nothing is locked or written. ``types``: only these (``--type``)."""
-    queue = store.queue
     runnable = runnable_types(settings, types, open_circuits)
-    lock = "" if dry_run else _LOCK
-    query = _CLAIM_SQL.format(types=" AND type = ANY(%(types)s)" if types else "", lock=lock)
+    query = _CLAIM_QUERIES[(bool(types), dry_run)]
     params = {
-        "queue": queue,
+        "queue": store.queue,
         "now": now,
         "types": list(types),
         "recover": RECOVER_LIMIT,
         "runnable": runnable,
         "limit": max(0, batch_size),
     }
-    with store.transaction() as conn:
-        records = conn.execute(query, params).fetchall()
-        rows = parse_rows(_rows(records), UTC, "en_US")
-        plan = plan_batch(
-            rows,
-            settings=settings,
-            now=now,
-            run_id=run_id,
-            batch_size=batch_size,
-            rng=rng,
-            types=types,
-            open_circuits=open_circuits,
-        )
-        if not dry_run and plan.has_work:
-            store.apply_in(conn, plan.changes)
+    records = conn.execute(query, params).fetchall()
+    rows = parse_rows(_rows(records), UTC, "en_US")
+    plan = plan_batch(
+        rows,
+        settings=settings,
+        now=now,
+        run_id=run_id,
+        batch_size=batch_size,
+        rng=rng,
+        types=types,
+        open_circuits=open_circuits,
+    )
+    if not dry_run and plan.has_work:
+        store.apply_in(conn, plan.changes)
     return plan
+
+
+# the four claim statements, built once (a stable text: psycopg prepares it server-side)
+_CLAIM_QUERIES = {
+    (typed, dry): _CLAIM_SQL.format(
+        types=" AND type = ANY(%(types)s)" if typed else "", lock="" if dry else _LOCK
+    )
+    for typed in (False, True)
+    for dry in (False, True)
+}
 
 
 def without_handler(store: PgStore, settings: Settings, types: Sequence[str]) -> Counter[str]:
@@ -137,7 +174,7 @@ def without_handler(store: PgStore, settings: Settings, types: Sequence[str]) ->
 
 
 class _Missed(Exception):
-    """The fenced update found no row under this run's lease: roll the outcome back."""
+    """The fenced updates of one outcome did not all land: roll that outcome back."""
 
     def __init__(self, missing: list[str]) -> None:
         super().__init__(", ".join(missing))
@@ -146,46 +183,102 @@ class _Missed(Exception):
 
 def settle(store: PgStore, changes: ChangeSet, run_id: str) -> bool:
     """Commit one task's outcome (``sheetq.queue.complete``'s change set) if the row still
-    carries ``run_id``'s lease. Returns ``False`` when it did not (the lease ran out and
-    another run recovered the task): the outcome is rolled back and one QueueLog row says the
-    late outcome was refused, with the row's current status and attempts, so the log keeps
-    agreeing with the queue; newer state is never written over."""
-    return _fenced(store, changes, run_id, refuse=True)
+    carries ``run_id``'s lease, in one transaction (``settle_in``). Returns ``False`` when
+    it did not (the lease ran out and another run recovered the task)."""
+    with store.transaction() as conn:
+        return settle_in(store, conn, [(changes, True)], run_id)[0]
 
 
 def release(store: PgStore, changes: ChangeSet, run_id: str) -> bool:
     """Give back claimed tasks that did not start (``sheetq.queue.release``'s change set),
     fenced like ``settle``. ``False``: another run holds them now; nothing is written."""
-    return _fenced(store, changes, run_id, refuse=False)
+    with store.transaction() as conn:
+        return settle_in(store, conn, [(changes, False)], run_id)[0]
 
 
-def _fenced(store: PgStore, changes: ChangeSet, run_id: str, *, refuse: bool) -> bool:
-    """The fenced Queue updates first; the log rows only once they all landed (one
-    transaction; a miss rolls it all back)."""
-    fenced = ChangeSet(updates=list(changes.updates))
-    rest = ChangeSet(appends=list(changes.appends), deletes=list(changes.deletes))
-    try:
-        with store.transaction() as conn:
-            result = store.apply_in(conn, fenced, fence=run_id)
-            if result.missing:
-                raise _Missed(result.missing)
-            if rest:
-                store.apply_in(conn, rest)
-    except _Missed as missed:
-        if refuse:
-            with store.transaction() as conn:
-                _log_refusal(store, conn, changes, missed.missing, run_id)
-        return False
-    return True
+def settle_in(
+    store: PgStore,
+    conn: psycopg.Connection[Any],
+    outcomes: Sequence[tuple[ChangeSet, bool]],
+    run_id: str,
+) -> list[bool]:
+    """Write several outcomes inside the caller's transaction (group commit), each fenced
+    on its own: its Queue updates apply only where the row is still ``processing`` under
+    ``run_id``'s lease, and its log rows are written only when all of them landed.
+
+    ``outcomes``: ``(changes, refuse)``; ``refuse`` (a finished attempt, not a release):
+    a missed outcome gets one QueueLog row saying the late outcome was refused, with the
+    row's current status and attempts, so the log keeps agreeing with the queue; newer
+    state is never written over. An outcome found already written by this run (its commit
+    was cut off with the connection and is retried) counts as landed and adds nothing.
+    All log rows go in one statement. Returns, per outcome, whether it is written."""
+    landed: list[bool] = []
+    rest = ChangeSet()
+    missed: list[tuple[int, ChangeSet, set[str], bool]] = []
+    for index, (changes, refuse) in enumerate(outcomes):
+        fenced = ChangeSet(updates=list(changes.updates))
+        missing: set[str] = set()
+        if len(fenced.updates) > 1:  # all or none of them: a savepoint
+            try:
+                with conn.transaction():
+                    found = store.apply_in(conn, fenced, fence=run_id).missing
+                    if found:
+                        raise _Missed(found)
+            except _Missed as exc:
+                missing = exc.missing
+        elif fenced.updates:
+            missing = set(store.apply_in(conn, fenced, fence=run_id).missing)
+        landed.append(not missing)
+        if missing:
+            missed.append((index, changes, missing, refuse))
+            continue
+        rest.appends.extend(changes.appends)
+        rest.deletes.extend(changes.deletes)
+    if missed:
+        written = _already_written(conn, store, [m[1] for m in missed], run_id)
+        for index, changes, missing, refuse in missed:
+            if missing <= written:
+                landed[index] = True
+            elif refuse:
+                rest.appends.extend(_refusals(store, conn, changes, missing, run_id))
+    if rest:
+        store.apply_in(conn, rest)
+    return landed
 
 
-def _log_refusal(
+def _already_written(
+    conn: psycopg.Connection[Any], store: PgStore, outcomes: Sequence[ChangeSet], run_id: str
+) -> set[str]:
+    """Task ids whose log row from ``outcomes`` (same task, event, run and time) is in the
+    log already: a retried commit that had in fact landed."""
+    ids: list[str] = []
+    events: list[str] = []
+    times: list[datetime] = []
+    for changes in outcomes:
+        for append in changes.appends:
+            if append.worksheet == store.settings.log_sheet:
+                ids.append(str(append.values.get("task_id") or ""))
+                events.append(str(append.values.get("event") or ""))
+                times.append(_ts(append.values.get("ts")))
+    if not ids:
+        return set()
+    found = conn.execute(
+        "SELECT DISTINCT l.task_id FROM sheetq_log l"
+        " JOIN unnest(%s::text[], %s::text[], %s::timestamptz[]) AS w(t, e, ts)"
+        " ON l.task_id = w.t AND l.event = w.e AND l.ts = w.ts"
+        " WHERE l.queue = %s AND l.run_id = %s",
+        (ids, events, times, store.queue, run_id),
+    ).fetchall()
+    return {str(r["task_id"]) for r in found}
+
+
+def _refusals(
     store: PgStore,
     conn: psycopg.Connection[Any],
     changes: ChangeSet,
     missing: set[str],
     run_id: str,
-) -> None:
+) -> list[AppendRow]:
     """One log row per refused outcome: its event, the row's current status and attempts."""
     current = {
         str(r["task_id"]): r
@@ -219,8 +312,7 @@ def _log_refusal(
                 worksheet=append.worksheet,
             )
         )
-    if refusals:
-        store.apply_in(conn, ChangeSet(appends=refusals))
+    return refusals
 
 
 def _ts(value: object) -> datetime:
