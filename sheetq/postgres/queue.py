@@ -16,17 +16,19 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import psycopg
+from psycopg import sql
 
 from sheetq.config import Settings
-from sheetq.model import QUEUE_COLUMNS, Event
-from sheetq.postgres.codec import values_from_record
+from sheetq.errors import StoreError
+from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS, Event
+from sheetq.postgres.codec import INT_COLUMNS, TIME_COLUMNS, to_db, values_from_record
 from sheetq.queue import BatchPlan, log_row, parse_rows, plan_batch
-from sheetq.store.base import AppendRow, ChangeSet, Row, WorkbookInfo
+from sheetq.store.base import AppendRow, ChangeSet, Row, UpdateRow, WorkbookInfo
 
 if TYPE_CHECKING:
     from sheetq.alerts.owed import AlertItem, AlertReport
@@ -119,19 +121,69 @@ def claim_in(
     recoveries, expiries, requeues and the claims with their log rows commit together.
     Returns the plan; its claims carry whole rows (``payload_json`` included). With
     ``dry_run`` nothing is locked or written. ``types``: only these (``--type``)."""
-    runnable = runnable_types(settings, types, open_circuits)
-    query = _CLAIM_QUERIES[(bool(types), dry_run)]
+    found = _claim_send(
+        store,
+        conn,
+        now=now,
+        batch_size=batch_size,
+        types=types,
+        open_circuits=open_circuits,
+        settings=settings,
+        dry_run=dry_run,
+    )
+    plan = _claim_plan(
+        found,
+        run_id=run_id,
+        now=now,
+        batch_size=batch_size,
+        types=types,
+        open_circuits=open_circuits,
+        settings=settings,
+        rng=rng,
+    )
+    if not dry_run and plan.has_work:
+        write_in(store, conn, plan.changes)
+    return plan
+
+
+def _claim_send(
+    store: PgStore,
+    conn: psycopg.Connection[Any],
+    *,
+    now: datetime,
+    batch_size: int,
+    types: Sequence[str],
+    open_circuits: Iterable[str],
+    settings: Settings,
+    dry_run: bool = False,
+) -> psycopg.Cursor[Any]:
+    """Send the claim statement (queued, in pipeline mode); its rows are read later."""
     params = {
         "queue": store.queue,
         "now": now,
         "types": list(types),
         "recover": RECOVER_LIMIT,
-        "runnable": runnable,
+        "runnable": runnable_types(settings, types, open_circuits),
         "limit": max(0, batch_size),
     }
-    records = conn.execute(query, params).fetchall()
-    rows = parse_rows(_rows(records), UTC, "en_US")
-    plan = plan_batch(
+    return conn.cursor().execute(_CLAIM_QUERIES[(bool(types), dry_run)], params)
+
+
+def _claim_plan(
+    found: psycopg.Cursor[Any],
+    *,
+    run_id: str,
+    now: datetime,
+    batch_size: int,
+    types: Sequence[str],
+    open_circuits: Iterable[str],
+    settings: Settings,
+    rng: random.Random,
+) -> BatchPlan:
+    """Plan the claimed rows (``sheetq.queue.plan_batch``); nothing written yet."""
+    rows = parse_rows(_rows(found.fetchall()), UTC, "en_US")
+    found.close()
+    return plan_batch(
         rows,
         settings=settings,
         now=now,
@@ -141,9 +193,71 @@ def claim_in(
         types=types,
         open_circuits=open_circuits,
     )
-    if not dry_run and plan.has_work:
-        store.apply_in(conn, plan.changes)
-    return plan
+
+
+def settle_and_claim(
+    store: PgStore,
+    outcomes: Sequence[tuple[ChangeSet, bool]],
+    *,
+    run_id: str,
+    now: datetime,
+    batch_size: int,
+    types: Sequence[str],
+    open_circuits: Iterable[str],
+    settings: Settings,
+    rng: random.Random,
+) -> tuple[list[bool], BatchPlan | None]:
+    """One transaction, in psycopg pipeline mode (two round trips and the commit): settle
+    ``outcomes`` (``settle_in``: each fenced by its lease, with its log row) and claim up to
+    ``batch_size`` tasks (``claim_in``; none when 0). Returns per outcome whether it is
+    written, and the claim's plan (``None`` when nothing was claimed for)."""
+    import contextlib
+
+    pipelined = all(len(changes.updates) <= 1 for changes, _ in outcomes)
+    try:
+        with (
+            store.conn.pipeline() if pipelined else contextlib.nullcontext(),
+            store.transaction() as conn,
+        ):
+            sent = _send_updates(store, conn, _single(outcomes), fence=run_id)
+            claimed = None
+            if batch_size > 0:
+                claimed = _claim_send(
+                    store,
+                    conn,
+                    now=now,
+                    batch_size=batch_size,
+                    types=types,
+                    open_circuits=open_circuits,
+                    settings=settings,
+                )
+            later = ChangeSet()
+            landed = _settle_finish(store, conn, outcomes, _missing(sent), run_id, later)
+            plan = None
+            if claimed is not None:
+                plan = _claim_plan(
+                    claimed,
+                    run_id=run_id,
+                    now=now,
+                    batch_size=batch_size,
+                    types=types,
+                    open_circuits=open_circuits,
+                    settings=settings,
+                    rng=rng,
+                )
+                if plan.has_work:
+                    later.updates.extend(plan.changes.updates)
+                    later.appends.extend(plan.changes.appends)
+                    later.deletes.extend(plan.changes.deletes)
+                    later.moves.extend(plan.changes.moves)
+            if later:
+                write_in(store, conn, later)
+    except psycopg.OperationalError as exc:  # the pipeline's own sync, outside transaction()
+        from sheetq.errors import StoreUnavailable
+        from sheetq.postgres.connection import describe
+
+        raise StoreUnavailable(f"PostgreSQL {describe(store.url)}: {exc}") from None
+    return landed, plan
 
 
 # the four claim statements, built once (a stable text: psycopg prepares it server-side)
@@ -212,38 +326,170 @@ def settle_in(
     state is never written over. An outcome found already written by this run (its commit
     was cut off with the connection and is retried) counts as landed and adds nothing.
     All log rows go in one statement. Returns, per outcome, whether it is written."""
+    later = ChangeSet()
+    missing = _missing(_send_updates(store, conn, _single(outcomes), fence=run_id))
+    landed = _settle_finish(store, conn, outcomes, missing, run_id, later)
+    if later:
+        write_in(store, conn, later)
+    return landed
+
+
+def _single(outcomes: Sequence[tuple[ChangeSet, bool]]) -> list[UpdateRow]:
+    return [changes.updates[0] for changes, _ in outcomes if len(changes.updates) == 1]
+
+
+def _settle_finish(
+    store: PgStore,
+    conn: psycopg.Connection[Any],
+    outcomes: Sequence[tuple[ChangeSet, bool]],
+    missing_single: set[str],
+    run_id: str,
+    later: ChangeSet,
+) -> list[bool]:
+    """Given which single-update outcomes missed their row (``missing_single``), apply the
+    others (several updates: all or none, in a savepoint) and put what is to be written
+    after them (landed outcomes' log rows, refusals) into ``later``."""
     landed: list[bool] = []
-    rest = ChangeSet()
     missed: list[tuple[int, ChangeSet, set[str], bool]] = []
     for index, (changes, refuse) in enumerate(outcomes):
-        fenced = ChangeSet(updates=list(changes.updates))
         missing: set[str] = set()
-        if len(fenced.updates) > 1:  # all or none of them: a savepoint
+        if len(changes.updates) > 1:  # all or none of them: a savepoint
             try:
                 with conn.transaction():
-                    found = store.apply_in(conn, fenced, fence=run_id).missing
-                    if found:
-                        raise _Missed(found)
+                    found = store.apply_in(conn, ChangeSet(updates=changes.updates), fence=run_id)
+                    if found.missing:
+                        raise _Missed(found.missing)
             except _Missed as exc:
                 missing = exc.missing
-        elif fenced.updates:
-            missing = set(store.apply_in(conn, fenced, fence=run_id).missing)
+        elif changes.updates:
+            key = changes.updates[0].key or ""
+            missing = {key} if key in missing_single or not key else set()
         landed.append(not missing)
         if missing:
             missed.append((index, changes, missing, refuse))
             continue
-        rest.appends.extend(changes.appends)
-        rest.deletes.extend(changes.deletes)
+        later.appends.extend(changes.appends)
+        later.deletes.extend(changes.deletes)
     if missed:
         written = _already_written(conn, store, [m[1] for m in missed], run_id)
         for index, changes, missing, refuse in missed:
             if missing <= written:
                 landed[index] = True
             elif refuse:
-                rest.appends.extend(_refusals(store, conn, changes, missing, run_id))
-    if rest:
-        store.apply_in(conn, rest)
+                later.appends.extend(_refusals(store, conn, changes, missing, run_id))
     return landed
+
+
+def write_in(store: PgStore, conn: psycopg.Connection[Any], changes: ChangeSet) -> None:
+    """Apply a hot-path change set (Queue updates by ``task_id``, QueueLog rows) in few round
+    trips: the updates as one pipelined ``executemany`` per column set, the log rows as one
+    ``INSERT … SELECT FROM unnest(…)``; both statements have a stable text, so psycopg
+    prepares them. Anything else (deletes, moves, leases, other worksheets) goes through
+    ``PgStore.apply_in``."""
+    settings = store.settings
+    simple = (
+        changes.lease is None
+        and not changes.deletes
+        and not changes.moves
+        and all(u.worksheet == settings.queue_sheet and u.key for u in changes.updates)
+        and all(a.worksheet == settings.log_sheet for a in changes.appends)
+    )
+    if not simple:
+        store.apply_in(conn, changes)
+        return
+    if changes.updates:  # rows this transaction locked: no answer to wait for
+        _send_updates(store, conn, changes.updates, fence=None)
+    if changes.appends:
+        _insert_log(store, conn, [a.values for a in changes.appends])
+
+
+def _send_updates(
+    store: PgStore,
+    conn: psycopg.Connection[Any],
+    updates: Sequence[UpdateRow],
+    *,
+    fence: str | None,
+) -> list[tuple[list[str], psycopg.Cursor[Any]]]:
+    """Send Queue updates by ``task_id``, one ``UPDATE … FROM unnest(…)`` statement per
+    column set (so the schema's statement trigger runs once per set); ``fence``: only rows
+    still ``processing`` under that run's lease. In pipeline mode nothing waits here;
+    ``_missing`` reads the answers."""
+    groups: dict[tuple[str, ...], list[UpdateRow]] = {}
+    for update in updates:
+        columns = tuple(c for c in update.values if c in _QUEUE_TYPES)
+        if columns:
+            groups.setdefault(columns, []).append(update)
+    sent: list[tuple[list[str], psycopg.Cursor[Any]]] = []
+    for columns, group in groups.items():
+        keys = [str(u.key or "") for u in group]
+        arrays = [[to_db(c, u.values[c]) for u in group] for c in columns]
+        params: list[Any] = [keys, *arrays, store.queue, keys]
+        if fence is not None:
+            params.append(fence)
+        cur = conn.cursor().execute(_update_sql(columns, fenced=fence is not None), params)
+        sent.append((keys, cur))
+    return sent
+
+
+def _missing(sent: list[tuple[list[str], psycopg.Cursor[Any]]]) -> set[str]:
+    missing: set[str] = set()
+    for keys, cur in sent:
+        found = {str(r["task_id"]) for r in cur.fetchall()}
+        cur.close()
+        missing.update(k for k in keys if k not in found)
+    return missing
+
+
+# sheetq_tasks column types (schema.py), for the unnest arrays
+_QUEUE_TYPES = {
+    c: "timestamptz" if c in TIME_COLUMNS else "integer" if c in INT_COLUMNS else "text"
+    for c in QUEUE_COLUMNS
+}
+_UPDATE_SQL: dict[tuple[tuple[str, ...], bool], sql.Composed] = {}
+
+
+def _update_sql(columns: tuple[str, ...], *, fenced: bool) -> sql.Composed:
+    """``UPDATE sheetq_tasks … FROM unnest(keys, column arrays…)``, built once per column
+    set: a stable text, so psycopg prepares it."""
+    found = _UPDATE_SQL.get((columns, fenced))
+    if found is None:
+        fence = " AND t.status = 'processing' AND t.lease_owner = %s" if fenced else ""
+        found = sql.SQL(
+            "UPDATE sheetq_tasks AS t SET {sets} FROM unnest(%s::text[], {arrays})"
+            " AS v(k, {names}) WHERE t.queue = %s AND t.task_id = ANY(%s::text[])"
+            " AND t.task_id = v.k{fence} RETURNING t.task_id"
+        ).format(
+            sets=sql.SQL(", ").join(
+                sql.SQL("{} = v.{}").format(sql.Identifier(c), sql.Identifier(c)) for c in columns
+            ),
+            arrays=sql.SQL(", ").join(sql.SQL(f"%s::{_QUEUE_TYPES[c]}[]") for c in columns),
+            names=sql.SQL(", ").join(sql.Identifier(c) for c in columns),
+            fence=sql.SQL(fence),
+        )
+        _UPDATE_SQL[(columns, fenced)] = found
+    return found
+
+
+_INSERT_LOG = (
+    "INSERT INTO sheetq_log (queue, ts, task_id, type, event, status, retry_count, message,"
+    " run_id, duration_ms) SELECT %s, * FROM unnest(%s::timestamptz[], %s::text[],"
+    " %s::text[], %s::text[], %s::text[], %s::integer[], %s::text[], %s::text[],"
+    " %s::integer[])"
+)
+
+
+def _insert_log(
+    store: PgStore, conn: psycopg.Connection[Any], rows: Sequence[Mapping[str, Any]]
+) -> None:
+    """QueueLog rows in one statement, in order (ids follow the list)."""
+    columns: list[list[Any]] = [[] for _ in LOG_COLUMNS]
+    for row in rows:
+        for index, column in enumerate(LOG_COLUMNS):
+            value = row.get(column)
+            if value is None and column == "ts":
+                raise StoreError("sheetq_log: a new row without ts")
+            columns[index].append(to_db(column, value if value is not None else ""))
+    conn.execute(_INSERT_LOG, [store.queue, *columns])
 
 
 def _already_written(

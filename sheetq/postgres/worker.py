@@ -41,7 +41,7 @@ from sheetq.model import new_run_id
 from sheetq.postgres import queue as pgq
 from sheetq.postgres.runner import PgTasks
 from sheetq.postgres.store import PgStore
-from sheetq.queue import BatchPlan, Claim
+from sheetq.queue import Claim
 from sheetq.store.base import ChangeSet
 from sheetq.summary import RunOptions, RunSummary
 
@@ -199,25 +199,17 @@ class PgWorker:
             free = 0 if self.stopping else self.concurrency - self._running
         if free <= 0 and not pending:
             return False
-        plan: BatchPlan | None = None
-        with store.transaction() as conn:
-            landed = (
-                pgq.settle_in(store, conn, [(o.changes, o.refuse) for o in pending], self.run_id)
-                if pending
-                else []
-            )
-            if free > 0:
-                plan = pgq.claim_in(
-                    store,
-                    conn,
-                    run_id=self.run_id,
-                    now=self.clock.now(),
-                    batch_size=free,
-                    types=self.options.types,
-                    open_circuits=tuple(self.tasks.executor.open_circuits),
-                    settings=self.settings,
-                    rng=self.tasks.rng,
-                )
+        landed, plan = pgq.settle_and_claim(
+            store,
+            [(o.changes, o.refuse) for o in pending],
+            run_id=self.run_id,
+            now=self.clock.now(),
+            batch_size=max(0, free),
+            types=self.options.types,
+            open_circuits=tuple(self.tasks.executor.open_circuits),
+            settings=self.settings,
+            rng=self.tasks.rng,
+        )
         for outcome, ok in zip(pending, landed, strict=True):
             self.tasks.settled(outcome.claim, outcome.refuse, ok)
         if plan is None:
