@@ -53,6 +53,7 @@ log = logging.getLogger("sheetq.worker")
 POLL = 1.0  # seconds between claims when nothing wakes the worker (due retries, leases)
 ALERT_EVERY = 10.0  # seconds between owed-alert digests, at most
 BACKOFF_MAX = 30.0  # seconds between reconnect attempts, at most
+MIRROR_JOIN = 60.0  # seconds a stopping worker waits for a mirror pass under way
 
 
 class _StoppableClock:
@@ -189,6 +190,8 @@ class PgWorker:
         self.summary.requests = self._requests + store.requests_made
         with contextlib.suppress(Exception):  # closing at exit; nothing left to save
             store.close()
+        for thread in threads:  # a mirror pass under way finishes its write
+            thread.join(MIRROR_JOIN)
         return self.summary
 
     def _turn(self, store: PgStore, pool: ThreadPoolExecutor, pending: list[_Outcome]) -> bool:
