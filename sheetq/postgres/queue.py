@@ -21,7 +21,6 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from psycopg import sql
 
 from sheetq.config import Settings
 from sheetq.errors import StoreError
@@ -157,7 +156,7 @@ def _claim_send(
     settings: Settings,
     dry_run: bool = False,
 ) -> psycopg.Cursor[Any]:
-    """Send the claim statement (queued, in pipeline mode); its rows are read later."""
+    """Execute the claim statement; ``_claim_plan`` reads its rows."""
     params = {
         "queue": store.queue,
         "now": now,
@@ -207,56 +206,44 @@ def settle_and_claim(
     settings: Settings,
     rng: random.Random,
 ) -> tuple[list[bool], BatchPlan | None]:
-    """One transaction, in psycopg pipeline mode (two round trips and the commit): settle
+    """One transaction (five statements and the commit, however many tasks): settle
     ``outcomes`` (``settle_in``: each fenced by its lease, with its log row) and claim up to
-    ``batch_size`` tasks (``claim_in``; none when 0). Returns per outcome whether it is
-    written, and the claim's plan (``None`` when nothing was claimed for)."""
-    import contextlib
-
-    pipelined = all(len(changes.updates) <= 1 for changes, _ in outcomes)
-    try:
-        with (
-            store.conn.pipeline() if pipelined else contextlib.nullcontext(),
-            store.transaction() as conn,
-        ):
-            sent = _send_updates(store, conn, _single(outcomes), fence=run_id)
-            claimed = None
-            if batch_size > 0:
-                claimed = _claim_send(
-                    store,
-                    conn,
-                    now=now,
-                    batch_size=batch_size,
-                    types=types,
-                    open_circuits=open_circuits,
-                    settings=settings,
-                )
-            later = ChangeSet()
-            landed = _settle_finish(store, conn, outcomes, _missing(sent), run_id, later)
-            plan = None
-            if claimed is not None:
-                plan = _claim_plan(
-                    claimed,
-                    run_id=run_id,
-                    now=now,
-                    batch_size=batch_size,
-                    types=types,
-                    open_circuits=open_circuits,
-                    settings=settings,
-                    rng=rng,
-                )
-                if plan.has_work:
-                    later.updates.extend(plan.changes.updates)
-                    later.appends.extend(plan.changes.appends)
-                    later.deletes.extend(plan.changes.deletes)
-                    later.moves.extend(plan.changes.moves)
-            if later:
-                write_in(store, conn, later)
-    except psycopg.OperationalError as exc:  # the pipeline's own sync, outside transaction()
-        from sheetq.errors import StoreUnavailable
-        from sheetq.postgres.connection import describe
-
-        raise StoreUnavailable(f"PostgreSQL {describe(store.url)}: {exc}") from None
+    ``batch_size`` tasks (``claim_in``; none when 0); the settled outcomes' and the claims'
+    log rows go in one insert. Returns per outcome whether it is written, and the claim's
+    plan (``None`` when nothing was claimed for). (psycopg's pipeline mode saved no time
+    here and holds the GIL while it waits, which stalls the handler threads.)"""
+    with store.transaction() as conn:
+        missing = _missing(_send_updates(store, conn, _single(outcomes), fence=run_id))
+        later = ChangeSet()
+        landed = _settle_finish(store, conn, outcomes, missing, run_id, later)
+        plan = None
+        if batch_size > 0:
+            claimed = _claim_send(
+                store,
+                conn,
+                now=now,
+                batch_size=batch_size,
+                types=types,
+                open_circuits=open_circuits,
+                settings=settings,
+            )
+            plan = _claim_plan(
+                claimed,
+                run_id=run_id,
+                now=now,
+                batch_size=batch_size,
+                types=types,
+                open_circuits=open_circuits,
+                settings=settings,
+                rng=rng,
+            )
+            if plan.has_work:
+                later.updates.extend(plan.changes.updates)
+                later.appends.extend(plan.changes.appends)
+                later.deletes.extend(plan.changes.deletes)
+                later.moves.extend(plan.changes.moves)
+        if later:
+            write_in(store, conn, later)
     return landed, plan
 
 
@@ -382,7 +369,7 @@ def _settle_finish(
 
 def write_in(store: PgStore, conn: psycopg.Connection[Any], changes: ChangeSet) -> None:
     """Apply a hot-path change set (Queue updates by ``task_id``, QueueLog rows) in few round
-    trips: the updates as one pipelined ``executemany`` per column set, the log rows as one
+    trips: the updates as one ``UPDATE … FROM unnest`` per column set, the log rows as one
     ``INSERT … SELECT FROM unnest(…)``; both statements have a stable text, so psycopg
     prepares them. Anything else (deletes, moves, leases, other worksheets) goes through
     ``PgStore.apply_in``."""
@@ -412,8 +399,7 @@ def _send_updates(
 ) -> list[tuple[list[str], psycopg.Cursor[Any]]]:
     """Send Queue updates by ``task_id``, one ``UPDATE … FROM unnest(…)`` statement per
     column set (so the schema's statement trigger runs once per set); ``fence``: only rows
-    still ``processing`` under that run's lease. In pipeline mode nothing waits here;
-    ``_missing`` reads the answers."""
+    still ``processing`` under that run's lease. ``_missing`` reads the answers."""
     groups: dict[tuple[str, ...], list[UpdateRow]] = {}
     for update in updates:
         columns = tuple(c for c in update.values if c in _QUEUE_TYPES)
@@ -445,26 +431,24 @@ _QUEUE_TYPES = {
     c: "timestamptz" if c in TIME_COLUMNS else "integer" if c in INT_COLUMNS else "text"
     for c in QUEUE_COLUMNS
 }
-_UPDATE_SQL: dict[tuple[tuple[str, ...], bool], sql.Composed] = {}
+_UPDATE_SQL: dict[tuple[tuple[str, ...], bool], str] = {}
 
 
-def _update_sql(columns: tuple[str, ...], *, fenced: bool) -> sql.Composed:
+def _update_sql(columns: tuple[str, ...], *, fenced: bool) -> str:
     """``UPDATE sheetq_tasks … FROM unnest(keys, column arrays…)``, built once per column
-    set: a stable text, so psycopg prepares it."""
+    set (the names are ``QUEUE_COLUMNS``, never input): a stable text, so psycopg prepares
+    it, and no per-call composition."""
     found = _UPDATE_SQL.get((columns, fenced))
     if found is None:
+        assert all(c in _QUEUE_TYPES for c in columns)
         fence = " AND t.status = 'processing' AND t.lease_owner = %s" if fenced else ""
-        found = sql.SQL(
-            "UPDATE sheetq_tasks AS t SET {sets} FROM unnest(%s::text[], {arrays})"
-            " AS v(k, {names}) WHERE t.queue = %s AND t.task_id = ANY(%s::text[])"
-            " AND t.task_id = v.k{fence} RETURNING t.task_id"
-        ).format(
-            sets=sql.SQL(", ").join(
-                sql.SQL("{} = v.{}").format(sql.Identifier(c), sql.Identifier(c)) for c in columns
-            ),
-            arrays=sql.SQL(", ").join(sql.SQL(f"%s::{_QUEUE_TYPES[c]}[]") for c in columns),
-            names=sql.SQL(", ").join(sql.Identifier(c) for c in columns),
-            fence=sql.SQL(fence),
+        sets = ", ".join(f'"{c}" = v."{c}"' for c in columns)
+        arrays = ", ".join(f"%s::{_QUEUE_TYPES[c]}[]" for c in columns)
+        names = ", ".join(f'"{c}"' for c in columns)
+        found = (
+            f"UPDATE sheetq_tasks AS t SET {sets} FROM unnest(%s::text[], {arrays})"
+            f" AS v(k, {names}) WHERE t.queue = %s AND t.task_id = ANY(%s::text[])"
+            f" AND t.task_id = v.k{fence} RETURNING t.task_id"
         )
         _UPDATE_SQL[(columns, fenced)] = found
     return found
