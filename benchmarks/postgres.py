@@ -145,7 +145,12 @@ class Bench:
             stderr=subprocess.DEVNULL,
         )
         sys.path.insert(0, str(ROOT))
+        from sheetq.cli import app as app_module
         from sheetq.cli.app import main
+
+        def enqueue(i: int) -> None:
+            app_module.state.__init__()  # type: ignore[misc]  # a fresh store per command
+            main(["enqueue", "rec", json.dumps({"n": i}), "--json"])
 
         returned: dict[str, float] = {}
         saved = dict(os.environ)
@@ -153,7 +158,7 @@ class Bench:
         try:
             time.sleep(2.0)  # the worker is up and idle
             for i in range(samples):
-                out = _capture(lambda i=i: main(["enqueue", "rec", json.dumps({"n": i}), "--json"]))
+                out = _capture(lambda i=i: enqueue(i))
                 returned[json.loads(out)["task_id"]] = time.time()
                 time.sleep(0.3)  # idle again
             deadline = time.time() + 10

@@ -123,13 +123,63 @@ class PgTasks:
 
     def give_back(self, store: PgStore, claim: Claim, reason: str) -> None:
         """Release a claimed task that did not start: previous status, no attempt."""
-        changes = release(
+        changes = self.release_changes(claim, reason)
+        self.settled(claim, False, pgq.release(store, changes, self.run_id))
+
+    def release_changes(self, claim: Claim, reason: str) -> ChangeSet:
+        """The change set giving ``claim`` back unstarted (``sheetq.queue.release``)."""
+        log.info("released %s: %s", claim.row.task_id, reason)
+        return release(
             claim, now=self.clock.now(), run_id=self.run_id, reason=reason, settings=self.settings
         )
-        if pgq.release(store, changes, self.run_id):
+
+    def settled(self, claim: Claim, refuse: bool, landed: bool) -> None:
+        """Count an outcome once its transaction committed: a release that landed, or a
+        finished attempt refused because its lease had run out."""
+        if landed and not refuse:
             with self._lock:
                 self.summary.released += 1
-        log.info("released %s: %s", claim.row.task_id, reason)
+        elif not landed and refuse:
+            with self._lock:
+                self._refused += 1
+                self._note_locked(
+                    f"{self._refused} late outcome(s) refused: the lease had expired and "
+                    "another run recovered the task (logged in QueueLog, not written)"
+                )
+
+    def run_claim(
+        self,
+        claim: Claim,
+        lease_until: datetime,
+        *,
+        stopping: Callable[[], bool] = lambda: False,
+    ) -> tuple[ChangeSet, bool]:
+        """Run one claimed task (or decide to give it back unstarted: its circuit opened, its
+        lease would run out first, or ``stopping()`` says so before the handler starts) and
+        return what to write, unwritten: ``(changes, refuse)``, ``refuse`` true for a
+        finished attempt (``sheetq.queue.complete``), false for a release."""
+        row = claim.row
+        config = self.settings.type_config(row.type)
+        reason = self.executor.cannot_start(row, config, lease_until, out_of_time=False)
+        if not reason:
+            self.executor.wait_rate_limit(config)
+            reason = "the worker is stopping" if stopping() else ""
+        if reason:
+            return self.release_changes(claim, reason), False
+        executed = self.executor.execute(
+            row, row.raw.text("payload_json"), config, reconcile=claim.reconcile
+        )
+        outcome = complete(
+            claim,
+            executed.decision,
+            config=config,
+            now=self.clock.now(),
+            run_id=self.run_id,
+            duration_ms=executed.duration_ms,
+            settings=self.settings,
+            event=executed.event,
+        )
+        return outcome, True
 
     def start(
         self,
@@ -139,11 +189,10 @@ class PgTasks:
         *,
         stopping: Callable[[], bool] = lambda: False,
     ) -> None:
-        """Run one claimed task and commit its outcome (or give it back unstarted when its
-        circuit opened, its lease would run out first, or ``stopping()`` says so before the
-        handler starts). On SIGINT/SIGTERM while the handler runs (``Interrupted`` or
-        ``KeyboardInterrupt`` in this thread), the task's lease is ended now, so the next
-        claimer recovers it per ``on_unknown``, and the exception goes on."""
+        """Run one claimed task and commit its outcome (``run_claim``, then ``settle`` or
+        ``release`` in one transaction). On SIGINT/SIGTERM while the handler runs
+        (``Interrupted`` or ``KeyboardInterrupt`` in this thread), the task's lease is ended
+        now, so the next claimer recovers it per ``on_unknown``, and the exception goes on."""
         row = claim.row
         config = self.settings.type_config(row.type)
         started = False
@@ -170,13 +219,7 @@ class PgTasks:
                 settings=self.settings,
                 event=executed.event,
             )
-            if not pgq.settle(store, outcome, self.run_id):
-                with self._lock:
-                    self._refused += 1
-                    self._note_locked(
-                        f"{self._refused} late outcome(s) refused: the lease had expired and "
-                        "another run recovered the task (logged in QueueLog, not written)"
-                    )
+            self.settled(claim, True, pgq.settle(store, outcome, self.run_id))
         except (KeyboardInterrupt, Interrupted):
             self._interrupted(store, claim, started, outcome)
             raise

@@ -1,13 +1,23 @@
 """``sheetq worker`` (DESIGN.md §11): a long-running process over a PostgreSQL queue.
 
-Up to ``concurrency`` handlers run at once, each in its own thread with its own database
-connection (psycopg connections are not for concurrent use). The main thread claims only
-as many tasks as there are free handler slots (``sheetq.postgres.queue.claim``), so every
-claimed task starts at once and a kill leaves only started tasks outcome-unknown. It
-sleeps until a slot frees, a ``NOTIFY sheetq`` for this queue arrives (a separate
+Up to ``concurrency`` handlers run at once, each in its own thread; handler threads never
+touch the database. The main thread owns one connection and, in ONE transaction per turn,
+settles every outcome that finished since the last turn (each fenced by its lease, with
+its log row: group commit, ``sheetq.postgres.queue.settle_in``) and claims as many tasks
+as there are free handler slots (``claim_in``); then it hands the claims to the freed
+threads. So each claimed task starts at once, a kill leaves only started tasks
+outcome-unknown, and a busy worker commits once per turn, not twice per task. It sleeps
+until a handler finishes, a ``NOTIFY sheetq`` for this queue arrives (a separate
 autocommit connection listens; the schema's trigger notifies when a task becomes
 pending/retry), or ``poll`` seconds pass (due retries, expired leases), so an enqueued task
 starts within a second.
+
+A lost connection (the server restarted, a failover, ``pg_terminate_backend``) is logged
+in one line and retried with backoff (1 s, 2 s, … 30 s, with jitter); outcomes that
+finished meanwhile are settled after the reconnect (or, if it never comes back, their
+leases expire and they are recovered per ``on_unknown``). With ``SHEETQ_SPREADSHEET`` set
+too, a thread runs the mirror pass (``sheetq.mirror_run.mirror_pass``) every ``[mirror]
+interval``; its failures are logged and never stop task processing.
 
 ``stop()`` (SIGTERM, SIGINT) stops claiming; running handlers finish within their timeout
 and settle; a task still waiting for its rate-limit slot is released; ``run`` returns.
@@ -26,10 +36,13 @@ from typing import TYPE_CHECKING, Any
 
 from sheetq.clock import Clock, SystemClock
 from sheetq.config import Settings
+from sheetq.errors import StoreUnavailable
 from sheetq.model import new_run_id
+from sheetq.postgres import queue as pgq
 from sheetq.postgres.runner import PgTasks
 from sheetq.postgres.store import PgStore
 from sheetq.queue import Claim
+from sheetq.store.base import ChangeSet
 from sheetq.summary import RunOptions, RunSummary
 
 if TYPE_CHECKING:
@@ -39,6 +52,8 @@ log = logging.getLogger("sheetq.worker")
 
 POLL = 1.0  # seconds between claims when nothing wakes the worker (due retries, leases)
 ALERT_EVERY = 10.0  # seconds between owed-alert digests, at most
+BACKOFF_MAX = 30.0  # seconds between reconnect attempts, at most
+MIRROR_JOIN = 60.0  # seconds a stopping worker waits for a mirror pass under way
 
 
 class _StoppableClock:
@@ -83,21 +98,22 @@ class PgWorker:
         self.clock: Clock = _StoppableClock(clock, self._stop)
         self.concurrency = max(1, concurrency)
         self.options = RunOptions(batch_size=self.concurrency, max_batches=None, types=types)
+        self.run_id = run_id or new_run_id("worker")
         self.poll = poll
         self.tasks = PgTasks(
             settings,
             clock=self.clock,
             rng=rng,
             notifier=notifier,
-            run_id=run_id or new_run_id("worker"),
+            run_id=self.run_id,
         )
         self.summary: RunSummary = self.tasks.summary
         self.stopped = ""  # why the worker stopped (e.g. "SIGTERM")
         self._wake = threading.Event()
         self._lock = threading.Lock()
         self._running = 0
-        self._local = threading.local()
-        self._stores: list[PgStore] = []
+        self._finished: list[_Outcome] = []  # outcomes waiting for the next turn
+        self._requests = 0  # transactions on connections since lost
 
     # --- control -----------------------------------------------------------------------
 
@@ -119,11 +135,15 @@ class PgWorker:
         started = self.clock.monotonic()
         store = self._new_store()
         info = store.open()
-        listener = threading.Thread(target=self._listen, name="sheetq-listen", daemon=True)
-        listener.start()
+        threads = [threading.Thread(target=self._listen, name="sheetq-listen", daemon=True)]
+        if self.settings.spreadsheet:
+            threads.append(threading.Thread(target=self._mirror, name="sheetq-mirror", daemon=True))
+        for thread in threads:
+            thread.start()
         pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="sheetq-handler")
         next_alert = 0.0
         failures_seen = -1
+        pending: list[_Outcome] = []
         log.info(
             "worker %s: up to %d handler(s) on queue %r",
             self.tasks.run_id,
@@ -133,35 +153,71 @@ class PgWorker:
         if on_ready is not None:
             on_ready()
         try:
-            while not self.stopping:
+            while True:
                 self._wake.clear()
-                more = self._claim(store, pool)
-                failures = self.summary.failed
-                if failures != failures_seen and self.clock.monotonic() >= next_alert:
-                    self.tasks.alerts(store, info)
-                    failures_seen = failures if not self.summary.alerts_owed else -1
-                    next_alert = self.clock.monotonic() + ALERT_EVERY
+                with self._lock:
+                    pending += self._finished
+                    self._finished = []
+                    running = self._running
+                if self.stopping and not pending and running == 0:
+                    break
+                try:
+                    more = self._turn(store, pool, pending)
+                    pending = []
+                    failures = self.summary.failed
+                    if failures != failures_seen and self.clock.monotonic() >= next_alert:
+                        self.tasks.alerts(store, info)
+                        failures_seen = failures if not self.summary.alerts_owed else -1
+                        next_alert = self.clock.monotonic() + ALERT_EVERY
+                except StoreUnavailable as exc:
+                    found = self._reconnect(store, exc)
+                    if found is None:
+                        break  # stopping while the database is away: leases expire
+                    store = found
+                    continue
                 if more and not self.stopping:
                     continue  # slots free and tasks may still be due: claim again at once
                 self._wake.wait(self.poll)
         finally:
+            self._stop.set()
             pool.shutdown(wait=True)  # running handlers finish (each within its timeout)
             self._wake.set()
-        self.tasks.alerts(store, info)
+        if not pending and not self._finished:
+            with contextlib.suppress(StoreUnavailable):
+                self.tasks.alerts(store, info)
         self.summary.seconds = self.clock.monotonic() - started
         self.summary.open_circuits = dict(self.tasks.executor.open_circuits)
-        self.summary.requests = sum(s.requests_made for s in self._stores)
-        self._close()
+        self.summary.requests = self._requests + store.requests_made
+        with contextlib.suppress(Exception):  # closing at exit; nothing left to save
+            store.close()
+        for thread in threads:  # a mirror pass under way finishes its write
+            thread.join(MIRROR_JOIN)
         return self.summary
 
-    def _claim(self, store: PgStore, pool: ThreadPoolExecutor) -> bool:
-        """Claim up to the free slots and hand the claims to handler threads. Returns whether
-        to claim again at once."""
+    def _turn(self, store: PgStore, pool: ThreadPoolExecutor, pending: list[_Outcome]) -> bool:
+        """One transaction: settle ``pending`` (group commit) and claim up to the free
+        slots; then hand the claims to handler threads. Returns whether to claim again at
+        once."""
         with self._lock:
-            free = self.concurrency - self._running
-        if free <= 0:
+            free = 0 if self.stopping else self.concurrency - self._running
+        if free <= 0 and not pending:
             return False
-        plan = self.tasks.claim(store, free, self.options)
+        landed, plan = pgq.settle_and_claim(
+            store,
+            [(o.changes, o.refuse) for o in pending],
+            run_id=self.run_id,
+            now=self.clock.now(),
+            batch_size=max(0, free),
+            types=self.options.types,
+            open_circuits=tuple(self.tasks.executor.open_circuits),
+            settings=self.settings,
+            rng=self.tasks.rng,
+        )
+        for outcome, ok in zip(pending, landed, strict=True):
+            self.tasks.settled(outcome.claim, outcome.refuse, ok)
+        if plan is None:
+            return False
+        self.tasks.count_plan(plan)
         if plan.claims:
             self.summary.batches += 1
             assert plan.lease_until is not None
@@ -171,14 +227,16 @@ class PgWorker:
                 pool.submit(self._job, claim, plan.lease_until)
         # every free slot filled: more may be due; only recoveries or expiries: tasks may be
         # due behind them. Otherwise nothing is due until a wake-up or the next poll.
-        more = len(plan.claims) == free or (plan.has_work and not plan.claims)
-        return more
+        return len(plan.claims) == free or (plan.has_work and not plan.claims)
 
     def _job(self, claim: Claim, lease_until: datetime) -> None:
+        """A handler thread: run the task; its outcome is written by the main thread."""
+        outcome: _Outcome | None = None
         try:
-            self.tasks.start(
-                self._thread_store(), claim, lease_until, stopping=lambda: self.stopping
+            changes, refuse = self.tasks.run_claim(
+                claim, lease_until, stopping=lambda: self.stopping
             )
+            outcome = _Outcome(claim, changes, refuse)
         except Exception as exc:  # the task keeps its lease; the next claimer recovers it
             log.error("%s: %s: %s", claim.row.task_id, type(exc).__name__, exc)
             self.tasks.note(
@@ -187,48 +245,102 @@ class PgWorker:
             )
         finally:
             with self._lock:
+                if outcome is not None:
+                    self._finished.append(outcome)
                 self._running -= 1
             self._wake.set()
 
     # --- connections -------------------------------------------------------------------------
 
     def _new_store(self) -> PgStore:
-        store = PgStore(self.settings)
-        with self._lock:
-            self._stores.append(store)
-        return store
+        return PgStore(self.settings)
 
-    def _thread_store(self) -> PgStore:
-        store: PgStore | None = getattr(self._local, "store", None)
-        if store is None:
-            store = self._new_store()
-            self._local.store = store
-        return store
-
-    def _close(self) -> None:
-        with self._lock:
-            stores, self._stores = self._stores, []
-        for store in stores:
-            with contextlib.suppress(Exception):  # closing at exit; nothing left to save
-                store.close()
+    def _reconnect(self, lost: PgStore, exc: Exception) -> PgStore | None:
+        """Back off (1 s, 2 s, … ``BACKOFF_MAX``, with jitter) and reconnect until the
+        database answers. ``None``: the worker stopped while it was away."""
+        log.warning("lost the PostgreSQL connection (%s); reconnecting", _first_line(exc))
+        self._requests += lost.requests_made
+        with contextlib.suppress(Exception):  # already broken
+            lost.close()
+        delay = 1.0
+        while True:
+            self.clock.sleep(delay * self.tasks.rng.uniform(0.75, 1.25))
+            try:
+                store = self._new_store()
+            except StoreUnavailable as again:
+                if self.stopping:
+                    return None
+                log.warning("%s; next try in about %gs", _first_line(again), delay)
+                delay = min(BACKOFF_MAX, delay * 2)
+                continue
+            log.info("reconnected to PostgreSQL")
+            self._wake.set()
+            return store
 
     def _listen(self) -> None:
-        """Wake the loop on ``NOTIFY sheetq`` naming this queue. Without a listening
-        connection (it failed, or broke) the loop still polls every ``poll`` seconds."""
+        """Wake the loop on ``NOTIFY sheetq`` naming this queue; reconnects with backoff
+        when the connection breaks (the loop polls every ``poll`` seconds meanwhile)."""
         from sheetq.postgres.connection import connect
 
-        conn: Any = None
-        try:
-            conn = connect(self.settings.database_url, autocommit=True)
-            conn.execute("LISTEN sheetq")
-            while not self.stopping:
-                for note in conn.notifies(timeout=0.5):
-                    if note.payload == self.settings.queue_sheet:
-                        self._wake.set()
-        except Exception as exc:  # polling goes on without it
-            if not self.stopping:
-                log.warning("LISTEN sheetq stopped (%s); polling every %gs", exc, self.poll)
-        finally:
-            if conn is not None:
-                with contextlib.suppress(Exception):  # closing at exit
-                    conn.close()
+        delay = 1.0
+        while not self.stopping:
+            conn: Any = None
+            try:
+                conn = connect(self.settings.database_url, autocommit=True)
+                conn.execute("LISTEN sheetq")
+                delay = 1.0
+                self._wake.set()  # a notification may have been missed while away
+                while not self.stopping:
+                    for note in conn.notifies(timeout=0.5):
+                        if note.payload == self.settings.queue_sheet:
+                            self._wake.set()
+            except Exception as exc:  # polling goes on without it
+                if not self.stopping:
+                    log.warning(
+                        "LISTEN sheetq stopped (%s); polling every %gs, listening again in "
+                        "about %gs",
+                        _first_line(exc),
+                        self.poll,
+                        delay,
+                    )
+                    self._stop.wait(delay * random.uniform(0.75, 1.25))
+                    delay = min(BACKOFF_MAX, delay * 2)
+            finally:
+                if conn is not None:
+                    with contextlib.suppress(Exception):  # closing; nothing left to save
+                        conn.close()
+
+    def _mirror(self) -> None:
+        """Every ``[mirror] interval``: one mirror pass (DESIGN.md §12). Google failing is
+        one warning; the next pass catches up. Never stops task processing."""
+        from sheetq.errors import SheetqError
+        from sheetq.mirror_run import mirror_pass
+
+        while not self.stopping:
+            try:
+                report = mirror_pass(self.settings, self.clock)
+            except SheetqError as exc:
+                log.warning("mirror pass failed: %s", _first_line(exc))
+            except Exception as exc:  # a bug in a pass must not stop the worker
+                log.warning("mirror pass failed: %s: %s", type(exc).__name__, _first_line(exc))
+            else:
+                for warning in report.warnings:
+                    log.info("mirror: %s", warning)
+                log.info(report.line())
+            self._stop.wait(max(0.1, self.settings.mirror_interval))
+
+
+class _Outcome:
+    """A finished handler's unwritten outcome: ``refuse`` for an attempt, not a release."""
+
+    __slots__ = ("changes", "claim", "refuse")
+
+    def __init__(self, claim: Claim, changes: ChangeSet, refuse: bool) -> None:
+        self.claim = claim
+        self.changes = changes
+        self.refuse = refuse
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

@@ -424,3 +424,42 @@ def _token(mirrored: Mirrored) -> str:
         if item["name"] == name:
             return str(item["namedRangeId"])
     return ""
+
+
+@pytest.mark.slow
+def test_worker_mirrors_every_interval(
+    mirrored: Mirrored, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`sheetq worker` with both variables set mirrors a task enqueued while it runs into
+    the Queue worksheet within a couple of seconds (`[mirror] interval = "1s"`), and logs
+    each pass's summary line."""
+    import logging
+    import threading
+    import time
+
+    from sheetq.clock import SystemClock
+    from sheetq.config import load_settings
+    from sheetq.postgres.worker import PgWorker
+    from tests.conftest import write_config
+
+    monkeypatch.delenv("SHEETQ_NOW")
+    caplog.set_level(logging.INFO, logger="sheetq.worker")
+    write_config('[mirror]\ninterval = "1s"\n')
+    worker = PgWorker(load_settings(), clock=SystemClock())
+    ready = threading.Event()
+    thread = threading.Thread(target=worker.run, kwargs={"on_ready": ready.set}, daemon=True)
+    thread.start()
+    try:
+        assert ready.wait(10)
+        time.sleep(0.5)  # the first pass ran on an empty queue
+        (task,) = mirrored.enqueue(1)
+        deadline = time.monotonic() + 5
+        while not any(r.get("task_id") == task for r in mirrored.book.records()):
+            assert time.monotonic() < deadline, "the task never reached the Queue worksheet"
+            time.sleep(0.1)
+        assert mirrored.row(task)["status"] == "pending"  # no handler for "job": it waits
+    finally:
+        worker.stop()
+        thread.join(10)
+    assert not thread.is_alive()
+    assert any("1 appended" in r.getMessage() for r in caplog.records), caplog.text

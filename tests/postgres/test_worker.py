@@ -210,3 +210,41 @@ def test_kill9_leaves_only_started_tasks_unknown(
             )
         else:
             assert (row["status"], row["retry_count"]) == ("done", "0")
+
+
+@pytest.mark.slow
+def test_survives_its_connections_being_terminated(
+    pg_url: str,
+    tmp_path: Path,
+    starts: Path,
+    spawn: Callable[..., subprocess.Popen[str]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """pg_terminate_backend of every worker connection while a handler runs: the worker
+    logs it, reconnects, settles the running task's outcome and runs tasks enqueued after."""
+    import psycopg
+
+    block = tmp_path / "block"
+    block.touch()
+    monkeypatch.setenv("BLOCK", str(block))
+    write_config('[types.job]\npython = "wh:run"\n')
+    (first,) = _enqueue_many(1, {})
+    proc = spawn("--concurrency", "2")
+    _wait_for(lambda: first in _started(starts))
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        killed = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE application_name = 'sheetq' AND pid <> pg_backend_pid()"
+        ).fetchall()
+    assert len(killed) >= 2  # the worker's own connection and its LISTEN connection
+    block.unlink()  # the running handler returns while the connection is gone
+    (second,) = _enqueue_many(1, {"i": 2})
+    book = PgBook(pg_url)
+    _wait_for(lambda: {book.row_of(t)["status"] for t in (first, second)} == {"done"})
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert err.count("lost the PostgreSQL connection") == 1, err
+    assert "reconnected to PostgreSQL" in err
+    assert "2 done" in out
+    assert [e["event"] for e in book.log(first)][-1] == "done"
