@@ -338,13 +338,17 @@ def _type(name: str, raw: Any, defaults: TypeConfig, base_dir: Path) -> TypeConf
     )
 
 
-def check_database_url(url: str) -> None:
+DATABASE_URL_SOURCE = "SHEETQ_DATABASE_URL / --database-url"
+
+
+def check_database_url(url: str, *, source: str = DATABASE_URL_SOURCE) -> None:
     """Refuse a database URL that is not a libpq ``postgresql://`` / ``postgres://`` URL
-    (``ConfigError``, exit 2). The message never repeats the URL: it may hold a password."""
+    (``ConfigError``, exit 2); the message starts with ``source``, where the URL came from
+    (``--to`` for ``migrate``). It never repeats the URL: it may hold a password."""
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme not in ("postgresql", "postgres"):
         raise ConfigError(
-            "SHEETQ_DATABASE_URL / --database-url: expected a PostgreSQL URL "
+            f"{source}: expected a PostgreSQL URL "
             "(postgresql://USER@HOST:PORT/DBNAME or postgres://…), got one "
             + (f"with scheme {scheme!r}" if scheme else "without a scheme")
         )

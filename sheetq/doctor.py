@@ -91,10 +91,14 @@ def diagnose(
     spreadsheet: str | None = None,
     config: str | None = None,
     env: Mapping[str, str] | None = None,
+    database_url: str | None = None,
 ) -> list[Check]:
-    """Run every check (module docstring) and return its lines, the bot token masked."""
+    """Run every check (module docstring) and return its lines, the bot token masked.
+    ``spreadsheet``/``database_url`` are the global options; each wins over its variable."""
     env = os.environ if env is None else env
-    settings, checks = check_configuration(spreadsheet=spreadsheet, config=config, env=env)
+    settings, checks = check_configuration(
+        spreadsheet=spreadsheet, config=config, env=env, database_url=database_url
+    )
     checks += check_handlers(settings, env)
     checks.append(check_lock_dir(settings))
     if settings.database_url:
@@ -120,18 +124,26 @@ def diagnose(
 
 
 def check_configuration(
-    *, spreadsheet: str | None, config: str | None, env: Mapping[str, str]
+    *,
+    spreadsheet: str | None,
+    config: str | None,
+    env: Mapping[str, str],
+    database_url: str | None = None,
 ) -> tuple[Settings, list[Check]]:
     """Settings (from the environment alone when ``sheetq.toml`` is broken) and their lines."""
     where = Path(config or env.get("SHEETQ_CONFIG") or Path.cwd() / "sheetq.toml")
     try:
         settings = load_settings(
-            spreadsheet=spreadsheet, config=config, env=env, require_spreadsheet=False
+            spreadsheet=spreadsheet,
+            config=config,
+            env=env,
+            require_spreadsheet=False,
+            database_url=database_url,
         )
     except ConfigError as exc:
         fix = f"fix {where}; the checks below use the environment variables only"
         checks = [problem("configuration", exc.message, fix)]
-        settings = _fallback_settings(spreadsheet, env)
+        settings = _fallback_settings(spreadsheet, env, database_url)
     else:
         names = ", ".join(sorted(settings.types)) or "none"
         detail = f"{settings.config_path} read; task types: {names}"
@@ -143,7 +155,12 @@ def check_configuration(
     checks.append(_env_files(where))
     target = settings.spreadsheet
     if settings.database_url and not target:
-        checks.append(fine("spreadsheet", "none: the queue is in PostgreSQL (SHEETQ_DATABASE_URL)"))
+        checks.append(
+            fine(
+                "spreadsheet",
+                "none: the queue is in PostgreSQL (SHEETQ_DATABASE_URL / --database-url)",
+            )
+        )
     elif not target:
         what = "no spreadsheet named: SHEETQ_SPREADSHEET is not set"
         checks.append(problem("spreadsheet", what, FIX_SPREADSHEET))
@@ -166,10 +183,16 @@ def _env_files(config: Path) -> Check:
     return fine(".env", f"none read (looked in {' and '.join(places)})")
 
 
-def _fallback_settings(spreadsheet: str | None, env: Mapping[str, str]) -> Settings:
+def _fallback_settings(
+    spreadsheet: str | None, env: Mapping[str, str], database_url: str | None
+) -> Settings:
     try:  # the environment with an empty configuration file
         return load_settings(
-            spreadsheet=spreadsheet, config=os.devnull, env=env, require_spreadsheet=False
+            spreadsheet=spreadsheet,
+            config=os.devnull,
+            env=env,
+            require_spreadsheet=False,
+            database_url=database_url,
         )
     except ConfigError:
         return Settings(spreadsheet=(spreadsheet or env.get("SHEETQ_SPREADSHEET") or "").strip())

@@ -51,10 +51,12 @@ class StatusReport:
 @dataclass
 class ShowReport:
     """What ``sheetq show`` prints: the task's rows as (worksheet, row) (Queue first, then
-    QueueArchive) and its QueueLog history, oldest first."""
+    QueueArchive) and its history, oldest first: the first ``log_archived`` rows from
+    QueueLogArchive (moved there by ``archive --log-older-than``), the rest from QueueLog."""
 
     found: list[tuple[str, Row]]
     history: list[Row]
+    log_archived: int = 0
 
 
 @dataclass

@@ -86,6 +86,19 @@ def printable(text: str) -> str:
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
+# Bidirectional controls (Unicode "Cf", UAX #9: ALM, LRM, RLM, LRE…RLO, LRI…PDI) and the
+# line/paragraph separators: they reorder or break what a terminal shows around them.
+_BIDI = re.compile("[\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def terminal_safe(text: str) -> str:
+    """``printable(text)`` with bidirectional controls and line/paragraph separators also
+    written as escapes (``\\u202e``), for human output on a terminal: a payload cannot
+    make what is printed read differently from what is stored (``--json`` documents keep
+    the characters as stored)."""
+    return _BIDI.sub(lambda m: f"\\u{ord(m.group()):04x}", printable(text))
+
+
 def shorten(text: str, limit: int) -> str:
     """At most ``limit`` characters; the cut is marked with ``…``."""
     text = text.strip()

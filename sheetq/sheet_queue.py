@@ -300,21 +300,25 @@ def read_list(
 
 
 def read_show(store: Store, settings: Settings, info: WorkbookInfo, task_id: str) -> ShowReport:
-    """The task's Queue and QueueArchive rows and its QueueLog rows."""
+    """The task's Queue and QueueArchive rows, and its history: its QueueLogArchive rows
+    (the older ones, moved by ``archive --log-older-than``), then its QueueLog rows. One
+    read of the worksheets there are."""
     from sheetq.store.base import Read
 
-    reads = [Read(settings.queue_sheet), Read(settings.log_sheet)]
-    has_archive = settings.archive_sheet in info.sheets
-    if has_archive:
-        reads.append(Read(settings.archive_sheet))
-    snaps = store.read(reads)
-    found = [(settings.queue_sheet, r) for r in snaps[0].rows if r.text("task_id") == task_id]
-    if has_archive:
-        found += [
-            (settings.archive_sheet, r) for r in snaps[2].rows if r.text("task_id") == task_id
-        ]
-    history = [r for r in snaps[1].rows if r.text("task_id") == task_id]
-    return ShowReport(found, history)
+    titles = [settings.queue_sheet, settings.archive_sheet]
+    titles = [t for t in titles if t == settings.queue_sheet or t in info.sheets]
+    logs = [t for t in (settings.log_archive_sheet, settings.log_sheet) if t in info.sheets]
+    snaps = store.read([Read(t) for t in titles + logs])
+    mine = [
+        (title, r)
+        for title, snap in zip(titles + logs, snaps, strict=True)
+        for r in snap.rows
+        if r.text("task_id") == task_id
+    ]
+    found = [(title, r) for title, r in mine if title in titles]
+    history = [r for title, r in mine if title in logs]
+    archived = sum(1 for title, _ in mine if title == settings.log_archive_sheet)
+    return ShowReport(found, history, archived)
 
 
 def read_stats(

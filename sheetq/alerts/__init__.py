@@ -67,15 +67,18 @@ def deliver(
     ``covered`` is every item (listed or summarised as "and N more") when Telegram took
     the message, else empty: the alerts stay owed. Never raises; problems are notes
     (token-free lines for stderr). An unusable custom template falls back to the default
-    one, with a note.
+    one, with a note. A queue in PostgreSQL with a mirror links each task to its mirror
+    row (``mirror_links``), else to ``sheetq show ID``.
     """
     from sheetq.alerts.message import build_message
+    from sheetq.alerts.mirror_links import link_mirror_rows
     from sheetq.alerts.owed import AlertReport
     from sheetq.alerts.telegram import send_message
 
     notes: list[str] = []
     if not items:
         return AlertReport([], notes), Delivery(sent=True)
+    items = link_mirror_rows(items, settings)
     tg = settings.telegram
     message = build_message(
         items,

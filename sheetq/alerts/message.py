@@ -264,7 +264,7 @@ def _compose(
     if len(message) > limit or not message:  # a template too long to hold even the summary
         message = shorten(
             f"sheetq: {common['tasks']} failed in {common['queue']}; "
-            "see the sheet (the alert template is too long)",
+            "see `sheetq list --status failed` (the alert template is too long)",
             limit,
         )
         return message, 0

@@ -61,12 +61,13 @@ def table(
     justify_right: Sequence[int] = (),
 ) -> None:
     """A table: rich on a terminal, tab-free aligned text when piped."""
-    from sheetq.redact import printable
+    from sheetq.redact import terminal_safe
 
     console = out()
-    # Cells hold data (a handler's output, a manager's typing): control characters are shown
-    # as escapes, never sent raw to the terminal.
-    cells = [["" if v is None else printable(str(v)) for v in row] for row in rows]
+    # Cells hold data (a handler's output, a manager's typing, a payload): control and bidi
+    # characters are shown as escapes, never sent raw to the terminal.
+    cells = [["" if v is None else terminal_safe(str(v)) for v in row] for row in rows]
+    title = terminal_safe(title)
     if console.is_terminal:
         from rich.table import Table
 

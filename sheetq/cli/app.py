@@ -51,7 +51,7 @@ def _options(
             "-S",
             envvar="SHEETQ_SPREADSHEET",
             show_envvar=True,
-            help="Google Sheets URL or key, or local:PATH.",
+            help="Google Sheets URL or key, or local:PATH. May also follow the command.",
         ),
     ] = None,
     database_url: Annotated[
@@ -62,7 +62,7 @@ def _options(
             show_envvar=True,
             show_default=False,
             help="postgresql://… : the queue lives in PostgreSQL; a spreadsheet, if also set, "
-            "is its mirror.",
+            "is its mirror. May also follow the command.",
         ),
     ] = None,
     config: Annotated[
@@ -72,7 +72,7 @@ def _options(
             "-c",
             envvar="SHEETQ_CONFIG",
             show_envvar=True,
-            help="Configuration file (default ./sheetq.toml).",
+            help="Configuration file (default ./sheetq.toml). May also follow the command.",
         ),
     ] = None,
     verbose: Annotated[
@@ -185,9 +185,12 @@ _GLOBAL_FLAG = re.compile(r"-v+|--verbose|-q|--quiet")
 
 
 def hoist_global_flags(args: list[str]) -> list[str]:
-    """``sheetq process -v`` means ``sheetq -v process``: ``-v``/``-vv``/``--verbose`` and
-    ``-q``/``--quiet`` after the command move before it, unless the command has an option of
-    that name itself (``process -q``) or the word is the value of one of its options."""
+    """``sheetq process -v`` means ``sheetq -v process``: the global options after the
+    command move before it — ``-v``/``-vv``/``--verbose``, ``-q``/``--quiet``, and
+    ``--spreadsheet``/``-S``, ``--database-url``, ``--config``/``-c`` with their value
+    (``--opt VALUE`` or ``--opt=VALUE``) — unless the command has an option of that name
+    itself (``process -q``, ``worker -c``) or the word is the value of one of its options.
+    A global option with no value after it is a usage error (exit 2)."""
     i = 0
     while i < len(args) and args[i].startswith("-") and args[i] != "--":
         i += 2 if args[i] in _GLOBAL_WITH_VALUE else 1
@@ -208,7 +211,8 @@ def hoist_global_flags(args: list[str]) -> list[str]:
         if word == "--":
             rest += tail[k:]
             break
-        param = own.get(word.split("=", 1)[0] if word.startswith("--") else word)
+        name = word.split("=", 1)[0] if word.startswith("--") else word
+        param = own.get(name)
         if param is not None:
             rest.append(word)
             takes_value = not (getattr(param, "is_flag", False) or getattr(param, "count", False))
@@ -217,6 +221,16 @@ def hoist_global_flags(args: list[str]) -> list[str]:
                 k += 1
         elif _GLOBAL_FLAG.fullmatch(word):
             moved.append(word)
+        elif name in _GLOBAL_WITH_VALUE:
+            if "=" in word and word.startswith("--"):
+                moved.append(word)
+            elif k + 1 < len(tail):
+                moved += [word, tail[k + 1]]
+                k += 1
+            else:
+                from sheetq.errors import UsageError
+
+                raise UsageError(f"{word} needs a value (see `sheetq --help`)")
         else:
             rest.append(word)
         k += 1

@@ -70,7 +70,9 @@ def archive(
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    settings = state.settings()
+    from sheetq.wording import places
+
+    where = places(state.settings())
     queue = state.queue()
     outcome = queue.archive(
         now=state.clock().now(),
@@ -122,17 +124,13 @@ def archive(
             echo(f"{verb} {report.archived} rows ({counts})")
         if logs:
             verb = "would move" if dry_run else "moved"
-            echo(
-                f"{verb} {logs[0].archived} {settings.log_sheet} row(s) to "
-                f"{settings.log_archive_sheet}"
-            )
+            echo(f"{verb} {logs[0].archived} {where.log} row(s) to {where.log_archive}")
     if logs and logs[0].stray:
         warn(
-            f"{logs[0].stray} newer {settings.log_sheet} row(s) were carried to "
-            f"{settings.log_archive_sheet} too (rows moved while archive wrote); they are kept "
-            "there"
+            f"{logs[0].stray} newer {where.log} row(s) were carried to "
+            f"{where.log_archive} too (rows moved while archive wrote); they are kept there"
         )
-    _warnings(report, settings.archive_sheet, settings.queue_sheet)
+    _warnings(report, where.archive, where.queue)
 
 
 def _warnings(report: ArchiveReport, archive_sheet: str, queue_sheet: str) -> None:

@@ -27,7 +27,9 @@ def doctor(
     from sheetq.cli.app import state
     from sheetq.doctor import diagnose
 
-    checks = diagnose(spreadsheet=state.spreadsheet, config=state.config)
+    checks = diagnose(
+        spreadsheet=state.spreadsheet, config=state.config, database_url=state.database_url
+    )
     healthy = all(c.ok for c in checks)
     if as_json:
         emit_json({"ok": healthy, "checks": [c.as_json() for c in checks]})

@@ -8,6 +8,8 @@ import typer
 
 from sheetq.cli._output import echo, emit_json, table, warn
 from sheetq.errors import UsageError
+from sheetq.redact import terminal_safe
+from sheetq.wording import places
 
 STATUS_ORDER = ("pending", "processing", "retry", "done", "failed", "skipped")
 
@@ -229,11 +231,10 @@ def show(
     report = queue.show(task_id)
     positions = queue.positions
     found, history = report.found, report.history
+    where = places(settings)
     if not found and not history:
-        raise UsageError(
-            f"no task {task_id!r} in {settings.queue_sheet}, "
-            f"{settings.archive_sheet} or {settings.log_sheet}"
-        )
+        logs = f"{where.log} or {where.log_archive}" if where.on_postgres else where.log
+        raise UsageError(f"no task {task_id!r} in {where.queue}, {where.archive} or {logs}")
     if as_json:
         rows = []
         for sheet, row in found:
@@ -241,16 +242,24 @@ def show(
             if sheet != settings.queue_sheet:
                 doc["worksheet"] = sheet
             rows.append(doc)
-        emit_json({"rows": rows, "log": [_row_doc(r, positions) for r in history]})
+        log = [_row_doc(r, positions) for r in history]
+        for doc in log[: report.log_archived]:
+            doc["worksheet"] = settings.log_archive_sheet
+        emit_json({"rows": rows, "log": log})
         return
     for sheet, row in found:
         table(
-            f"{task_id} — {sheet} row {row.number}" if positions else f"{task_id} — {sheet}",
+            f"{task_id} — {sheet} row {row.number}"
+            if positions
+            else f"{task_id} — {where.name(sheet, settings)}",
             ["column", "value"],
             [[k, "" if v is None else v] for k, v in row.values.items() if not k.startswith("_")],
         )
     if not found:
-        echo(f"{task_id}: not in {settings.queue_sheet} (a person may have deleted the row)")
+        gone = (
+            "only its history is left" if where.on_postgres else "a person may have deleted the row"
+        )
+        echo(terminal_safe(f"{task_id}: not in {where.queue} ({gone})"))
     table(
         "history",
         ["ts", "event", "status", "retry_count", "duration_ms", "message"],

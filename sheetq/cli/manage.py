@@ -9,6 +9,7 @@ import typer
 
 from sheetq.cli._output import echo, emit_json, table, warn
 from sheetq.errors import UsageError
+from sheetq.wording import places
 
 if TYPE_CHECKING:
     from sheetq.model import Status
@@ -236,7 +237,7 @@ def _report(
             )
         echo(f"{'would be ' if dry_run else ''}{done_word}: {len(picked)}")
     for task_id in unknown:
-        warn(f"{task_id}: no such task in {settings.queue_sheet}")
+        warn(f"{task_id}: no such task in {places(settings).queue}")
     for task_id in refused:
         warn(f"{task_id}: not {done_word}: {why(report.by_id[task_id])}")
     if task_ids and not picked:  # asked to act on named tasks, acted on none: a refusal

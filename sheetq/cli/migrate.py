@@ -60,7 +60,7 @@ def migrate(
     from sheetq.times import zone
 
     to = to.strip()
-    check_database_url(to)
+    check_database_url(to, source="--to")
     settings = state.settings()
     if not settings.spreadsheet:
         raise ConfigError(

@@ -110,7 +110,10 @@ def process(
             warn(note)
     if not quiet and not dry_run and not settings.telegram.enabled and not summary.locked:
         missing = "TELEGRAM_BOT_TOKEN" if not settings.telegram.token else "TELEGRAM_CHAT_ID"
-        warn(f"alerts are off: {missing} is not set; failed rows stay owed in the sheet")
+        from sheetq.wording import places
+
+        owed_in = places(settings).store
+        warn(f"alerts are off: {missing} is not set; failed rows stay owed in {owed_in}")
     if as_json:
         emit_json(summary.as_json())
         return

@@ -44,7 +44,9 @@ def stats(
     if as_json:
         emit_json(result.as_json())
     else:
-        _render(result, settings.log_sheet, types or [])
+        from sheetq.wording import places
+
+        _render(result, places(settings).log, types or [])
     if result.unreadable_ts:
         warn(f"{result.unreadable_ts} {settings.log_sheet} row(s) with an unreadable ts ignored")
 

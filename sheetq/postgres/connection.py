@@ -8,10 +8,12 @@ database, never the password.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import unquote
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
+from sheetq.config import DATABASE_URL_SOURCE
 from sheetq.errors import ConfigError, StoreUnavailable
 
 CONNECT_TIMEOUT = 10  # seconds, libpq's connect_timeout
@@ -31,16 +33,17 @@ def describe(url: str) -> str:
     return f"{user}{host}{port}/{parts.get('dbname') or ''}"
 
 
-def connect(url: str, *, autocommit: bool = False) -> psycopg.Connection[Any]:
+def connect(
+    url: str, *, autocommit: bool = False, source: str = DATABASE_URL_SOURCE
+) -> psycopg.Connection[Any]:
     """A connection to ``url``. Raises ``ConfigError`` (exit 2) for a URL libpq cannot
-    parse, ``StoreUnavailable`` (exit 1) when the server cannot be reached or refuses."""
+    parse (one line, starting with ``source``: where the URL came from), and
+    ``StoreUnavailable`` (exit 1) when the server cannot be reached or refuses."""
     try:
         conninfo_to_dict(url)
     except psycopg.ProgrammingError as exc:
-        raise ConfigError(
-            f"SHEETQ_DATABASE_URL / --database-url: not a valid libpq URL "
-            f"({_without_secrets(str(exc), url)})"
-        ) from None
+        said = " ".join(_without_secrets(str(exc), url).split()) or type(exc).__name__
+        raise ConfigError(f"{source}: not a valid libpq URL: {said}") from None
     try:
         return psycopg.connect(
             url,
@@ -55,8 +58,19 @@ def connect(url: str, *, autocommit: bool = False) -> psycopg.Connection[Any]:
 
 
 def _without_secrets(text: str, url: str) -> str:
+    """``text`` with the URL's password masked: as libpq parsed it, and as written in the
+    URL's user-info (raw and percent-decoded), which a parse error may quote."""
     try:
-        password = conninfo_to_dict(url).get("password")
+        parsed = conninfo_to_dict(url).get("password")
     except psycopg.ProgrammingError:
-        password = None
-    return text.replace(str(password), "***") if password else text
+        parsed = None
+    secrets = {str(parsed)} if parsed else set()
+    authority = url.split("://", 1)[-1].split("/", 1)[0].split("?", 1)[0]
+    if "@" in authority:
+        userinfo = authority.rsplit("@", 1)[0]
+        if ":" in userinfo:
+            raw = userinfo.split(":", 1)[1]
+            secrets |= {raw, unquote(raw)}
+    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text

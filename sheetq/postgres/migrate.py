@@ -73,7 +73,7 @@ def write(url: str, settings: Settings, source: Source, *, now: datetime, run_id
     ``settings.queue_sheet`` in one transaction. Raises ``StoreUnavailable`` (exit 1) when
     the server cannot be reached, ``StoreError`` when it refuses a statement (nothing
     written)."""
-    conn = connect(url)
+    conn = connect(url, source="--to")
     out = Written()
     queue = settings.queue_sheet
     try:

@@ -244,6 +244,5 @@ class PgQueue:
         if sql_reports():
             from sheetq.postgres.reports import show_rows
 
-            found, history = show_rows(store, task_id)
-            return ShowReport(found, history)
+            return ShowReport(*show_rows(store, task_id))
         return read_show(store, self.settings, info, task_id)

@@ -139,9 +139,12 @@ def list_rows(store: Store, statuses: Sequence[str], types: Sequence[str], limit
     return [Row(i, values_from_record(r, QUEUE_COLUMNS)) for i, r in enumerate(records, 2)]
 
 
-def show_rows(store: Store, task_id: str) -> tuple[list[tuple[str, Row]], list[Row]]:
+def show_rows(store: Store, task_id: str) -> tuple[list[tuple[str, Row]], list[Row], int]:
     """``sheetq show``: the task's row in Queue, then in QueueArchive (worksheet, row), and
-    its QueueLog rows in log order; lookups by primary key and ``(queue, task_id, id)``."""
+    its history in log order: the rows ``archive --log-older-than`` moved to
+    ``sheetq_log_archive`` (the older ones), then those still in ``sheetq_log``; lookups by
+    primary key and ``(queue, task_id, id)``. Also returns how many history rows came from
+    ``sheetq_log_archive``."""
     store = _pg(store)
     settings = store.settings
     found: list[tuple[str, Row]] = []
@@ -156,17 +159,21 @@ def show_rows(store: Store, task_id: str) -> tuple[list[tuple[str, Row]], list[R
                 (store.queue, task_id),
             ):
                 found.append((sheet, Row(2, values_from_record(record, QUEUE_COLUMNS))))
-        log = conn.execute(
-            f"SELECT id, {_cols(LOG_COLUMNS)} FROM sheetq_log"
-            " WHERE queue = %s AND task_id = %s ORDER BY id",
-            (store.queue, task_id),
-        ).fetchall()
+        archived, live = (
+            conn.execute(
+                f"SELECT id, {_cols(LOG_COLUMNS)} FROM {table}"  # fixed table names
+                " WHERE queue = %s AND task_id = %s ORDER BY id",
+                (store.queue, task_id),
+            ).fetchall()
+            for table in ("sheetq_log_archive", "sheetq_log")
+        )
+        log = archived + live
     history = []
     for number, record in enumerate(log, 2):
         values = values_from_record(record, LOG_COLUMNS)
         values[LOG_ID] = int(record["id"])
         history.append(Row(number, values))
-    return found, history
+    return found, history, len(archived)
 
 
 # --- stats -------------------------------------------------------------------------------

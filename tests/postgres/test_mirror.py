@@ -463,3 +463,31 @@ def test_worker_mirrors_every_interval(
         thread.join(10)
     assert not thread.is_alive()
     assert any("1 appended" in r.getMessage() for r in caplog.records), caplog.text
+
+
+def test_alert_links_a_mirrored_task_to_its_mirror_row_and_others_to_show(
+    mirrored: Mirrored, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DESIGN §11 Alerts: with a mirror, a failed task's link is its mirror row (the URL with
+    the Queue sheet's gid and range); a task not yet mirrored keeps `sheetq show ID`."""
+    from tests.fakes.telegram_fake import FORUM_CHAT_ID, FakeBotAPI
+
+    first = mirrored.enqueue(3)
+    mirrored.set_status(first[1], "failed", last_error="boom")
+    mirrored.passed()
+    (late,) = mirrored.enqueue(1)
+    mirrored.set_status(late, "failed", last_error="later")
+    sheet_id = mirrored.emulator.sheet_id(mirrored.book.key, "Queue")
+    row = next(i for i, r in enumerate(mirrored.book.records(), 2) if r["task_id"] == first[1])
+    with FakeBotAPI() as fake:
+        monkeypatch.setenv("SHEETQ_TELEGRAM_API_URL", fake.base_url)
+        monkeypatch.setenv("TELEGRAM_BOT_TOKEN", fake.token)
+        monkeypatch.setenv("TELEGRAM_CHAT_ID", str(FORUM_CHAT_ID))
+        result = run_cli(["alert", "--json"])
+    assert result.code == 0, result.stderr
+    assert result.json()["alerted"] == 2
+    text = fake.messages[0]["text"]
+    key = mirrored.book.key
+    assert f'<a href="https://docs.google.com/spreadsheets/d/{key}/edit#gid={sheet_id}' in text
+    assert f'&amp;range=A{row}">open row {row}</a>' in text
+    assert f"sheetq show {late}" in text
