@@ -55,3 +55,10 @@ def test_template_config_is_valid(tmp_path: Path) -> None:
         config=str(ROOT / "templates" / "sheetq.toml"), env={"SHEETQ_SPREADSHEET": "local:x"}
     )
     assert {"lead", "order", "report"} <= set(settings.types)
+
+
+def test_readme_sends_the_reader_to_no_missing_file() -> None:
+    """Every Markdown file the README names (DESIGN.md was one) is in the repository."""
+    named = set(re.findall(r"[\w./-]*\w\.md\b", README))
+    missing = sorted(n for n in named if not (ROOT / n).exists())
+    assert not missing, missing
