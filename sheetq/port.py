@@ -188,6 +188,209 @@ class QueuePort(Protocol):
         ...
 
 
+NotBefore = Callable[[str], "datetime | None"]  # not-before time from the store's time zone
+
+
+class Running(Protocol):
+    """What ``StoreQueue.run`` makes and runs: ``sheetq.runner.Runner`` or
+    ``sheetq.postgres.runner.PgRunner``."""
+
+    def run(self, options: RunOptions) -> RunSummary: ...
+
+
+class StoreQueue:
+    """What ``SheetQueue`` and ``PgQueue`` share: both keep a worksheet-shaped ``Store``
+    (made on first use by ``store()``), run through a runner, requeue / skip with the shared
+    planners applied to the rows as read, and shape the reports the same way: check the
+    schema, then read. The reads are the sheet engine's Python path
+    (``sheetq.sheet_queue``); a subclass overrides the ``_tally``, ``_gone``, ``_stats``,
+    ``_list`` and ``_show`` hooks (PostgreSQL computes them in SQL) and ``_runner``."""
+
+    positions = True
+
+    def __init__(self, settings: Settings, store: Callable[[], Store]) -> None:
+        self.settings = settings
+        self._factory = store
+        self._opened: Store | None = None
+
+    def _open_store(self) -> Store:
+        """The store, opened on first use."""
+        if self._opened is None:
+            self._opened = self._factory()
+        return self._opened
+
+    archive_max_bytes: int | None = None  # ``run_archive``'s cap per write (None: Google's)
+
+    def enqueue(
+        self,
+        tasks: Sequence[NewTask],
+        *,
+        clock: Clock,
+        not_before: Callable[[str], datetime | None],
+    ) -> list[Enqueued]:
+        """Add the tasks once, atomically (``_enqueue``); see ``QueuePort``."""
+        return self._enqueue(list(tasks), clock, not_before)
+
+    def _enqueue(self, tasks: list[NewTask], clock: Clock, when: NotBefore) -> list[Enqueued]:
+        """The backend's enqueue; ``when(time_zone)`` gives the tasks' not-before time."""
+        raise NotImplementedError
+
+    def _runner_type(self) -> Callable[..., Running]:
+        """The backend's runner class, made as ``(store, settings, clock=, rng=, notifier=,
+        on_progress=)``."""
+        raise NotImplementedError
+
+    def run(
+        self,
+        options: RunOptions,
+        *,
+        clock: Clock,
+        rng: random.Random,
+        notifier: Notifier | None,
+        on_progress: Callable[[str], None] | None,
+    ) -> RunSummary:
+        """One run of the backend's runner (``_runner_type``); see ``QueuePort``."""
+        make = self._runner_type()
+        runner = make(
+            self._open_store(),
+            self.settings,
+            clock=clock,
+            rng=rng,
+            notifier=notifier,
+            on_progress=on_progress,
+        )
+        return runner.run(options)
+
+    def archive(
+        self,
+        *,
+        now: datetime,
+        older_than: float | None,
+        log_older_than: float | None,
+        include_failed: bool,
+        dry_run: bool,
+        lock_wait: float,
+    ) -> ArchiveOutcome:
+        """``run_archive`` then ``run_log_archive`` (``sheetq.sheet_queue.archive_rows``),
+        inside ``_exclusive`` (the sheet engine's host lock, waited for up to ``lock_wait``
+        seconds; on PostgreSQL nothing to wait for)."""
+        from sheetq.sheet_queue import archive_rows
+
+        def run() -> ArchiveOutcome:
+            return archive_rows(
+                self._open_store(),
+                self.settings,
+                now=now,
+                older_than=older_than,
+                log_older_than=log_older_than,
+                include_failed=include_failed,
+                dry_run=dry_run,
+                max_bytes=self.archive_max_bytes,
+            )
+
+        return run() if dry_run else self._exclusive(run, lock_wait)
+
+    def _exclusive(self, run: Callable[[], ArchiveOutcome], lock_wait: float) -> ArchiveOutcome:
+        """``run()`` where runs exclude archiving (the default: nothing to exclude)."""
+        return run()
+
+    def requeue(
+        self,
+        *,
+        task_ids: Sequence[str],
+        statuses: Sequence[Status],
+        types: Sequence[str],
+        error_classes: Sequence[str],
+        reset_attempts: bool,
+        dry_run: bool,
+        clock: Clock,
+    ) -> ChangeReport:
+        """``plan_requeue`` over the Queue, applied to the rows as read (on PostgreSQL:
+        only to rows still as read)."""
+        from sheetq.sheet_queue import change_rows, requeue_plan
+
+        plan = requeue_plan(task_ids, statuses, types, error_classes, reset_attempts)
+        return change_rows(
+            self._open_store(),
+            self.settings,
+            plan,
+            task_ids=task_ids,
+            dry_run=dry_run,
+            clock=clock,
+        )
+
+    def skip(
+        self, *, task_ids: Sequence[str], reason: str, dry_run: bool, clock: Clock
+    ) -> ChangeReport:
+        """``plan_skip`` for the named tasks, applied like ``requeue``."""
+        from sheetq.sheet_queue import change_rows, skip_plan
+
+        return change_rows(
+            self._open_store(),
+            self.settings,
+            skip_plan(task_ids, reason),
+            task_ids=task_ids,
+            dry_run=dry_run,
+            clock=clock,
+        )
+
+    def _checked(self) -> WorkbookInfo:
+        """The store's workbook, its schema checked (exit 2 naming what ``init`` fixes)."""
+        from sheetq.sheet_queue import check
+
+        info = self._open_store().open()
+        check(info, self.settings)
+        return info
+
+    def status(self, *, clock: Clock) -> StatusReport:
+        """The tally (``_tally``), and the runs that are gone when something is processing
+        (``_gone``)."""
+        info = self._checked()
+        now = clock.now()
+        tally = self._tally(info, now)
+        gone = self._gone(info, tally, now) if tally.counts.get("processing") else []
+        return StatusReport(info, tally, gone, now)
+
+    def stats(self, *, since: datetime, now: datetime, types: Sequence[str]) -> Stats:
+        """The log's numbers over ``[since, now]`` (``_stats``)."""
+        return self._stats(self._checked(), since=since, now=now, types=types)
+
+    def list_rows(self, *, statuses: set[Status], types: Sequence[str], limit: int) -> list[Row]:
+        """Queue rows with these statuses and types, in queue order (``_list``)."""
+        self._checked()
+        return self._list(statuses, types, limit)
+
+    def show(self, task_id: str) -> ShowReport:
+        """One task's rows and history (``_show``)."""
+        return self._show(self._checked(), task_id)
+
+    def _tally(self, info: WorkbookInfo, now: datetime) -> QueueTally:
+        from sheetq.sheet_queue import read_tally
+
+        return read_tally(self._open_store(), self.settings, info, now)
+
+    def _gone(self, info: WorkbookInfo, tally: QueueTally, now: datetime) -> list[HeldGroup]:
+        raise NotImplementedError
+
+    def _stats(
+        self, info: WorkbookInfo, *, since: datetime, now: datetime, types: Sequence[str]
+    ) -> Stats:
+        from sheetq.sheet_queue import read_stats
+
+        store = self._open_store()
+        return read_stats(store, self.settings, info, since=since, now=now, types=types)
+
+    def _list(self, statuses: set[Status], types: Sequence[str], limit: int) -> list[Row]:
+        from sheetq.sheet_queue import read_list
+
+        return read_list(self._open_store(), self.settings, statuses, types, limit)
+
+    def _show(self, info: WorkbookInfo, task_id: str) -> ShowReport:
+        from sheetq.sheet_queue import read_show
+
+        return read_show(self._open_store(), self.settings, info, task_id)
+
+
 def open_queue(
     settings: Settings, *, store: Callable[[], Store] | None = None, **store_kwargs: Any
 ) -> QueuePort:

@@ -11,15 +11,13 @@ worksheet-shaped too.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sheetq.port import ArchiveOutcome, ChangeReport, ShowReport, StatusReport
+from sheetq.port import ArchiveOutcome, ChangeReport, ShowReport, StoreQueue
 
 if TYPE_CHECKING:
-    from sheetq.alerts.owed import Notifier
     from sheetq.archive import ArchiveReport
     from sheetq.clock import Clock
     from sheetq.config import Settings
@@ -27,32 +25,26 @@ if TYPE_CHECKING:
     from sheetq.held import HeldGroup
     from sheetq.log_archive import LogArchiveReport
     from sheetq.model import Status
+    from sheetq.port import NotBefore, Running
     from sheetq.queue import QueueRow
     from sheetq.stats import Stats
     from sheetq.store.base import Row, Store, WorkbookInfo
-    from sheetq.summary import RunOptions, RunSummary
     from sheetq.tally import QueueTally
 
 Plan = Callable[[list["QueueRow"], "Settings", datetime], tuple[list["QueueRow"], Any]]
 
 
-class SheetQueue:
+class SheetQueue(StoreQueue):
     """The queue in a spreadsheet or a ``local:`` workbook. ``store`` makes the store on
-    first use (see ``sheetq.port.open_queue``)."""
+    first use (see ``sheetq.port.open_queue``); requeue, skip and the reports' shape are
+    ``StoreQueue``'s."""
 
     positions = True  # a row is a sheet row a person can go to
-
-    def __init__(self, settings: Settings, store: Callable[[], Store]) -> None:
-        self.settings = settings
-        self._factory = store
-        self._store: Store | None = None
 
     @property
     def store(self) -> Store:
         """The store, opened on first use."""
-        if self._store is None:
-            self._store = self._factory()
-        return self._store
+        return self._open_store()
 
     def init(self, *, fmt: bool, dashboard: bool, clock: Clock, say: Callable[[str], None]) -> None:
         """Create or adopt the four worksheets, fit grids, adopt old rows, format, and build
@@ -105,13 +97,7 @@ class SheetQueue:
         else:
             say(f"{info.title}: ready")
 
-    def enqueue(
-        self,
-        tasks: Sequence[NewTask],
-        *,
-        clock: Clock,
-        not_before: Callable[[str], datetime | None],
-    ) -> list[Enqueued]:
+    def _enqueue(self, tasks: list[NewTask], clock: Clock, when: NotBefore) -> list[Enqueued]:
         """One read of the keys, then one atomic write (DESIGN.md §4)."""
         from sheetq.enqueue import enqueue as enqueue_tasks
         from sheetq.enqueue import open_for_enqueue
@@ -120,100 +106,25 @@ class SheetQueue:
         # one request on an init-made sheet
         info, keys = open_for_enqueue(self.store, self.settings)
         check_schema(info, self.settings, archive=True)
-        when = not_before(info.time_zone)
+        moment = when(info.time_zone)
         for task in tasks:
-            task.not_before = when
+            task.not_before = moment
         return enqueue_tasks(
-            self.store, info, self.settings, list(tasks), now=clock.now(), snapshots=keys
+            self.store, info, self.settings, tasks, now=clock.now(), snapshots=keys
         )
 
-    def run(
-        self,
-        options: RunOptions,
-        *,
-        clock: Clock,
-        rng: random.Random,
-        notifier: Notifier | None,
-        on_progress: Callable[[str], None] | None,
-    ) -> RunSummary:
+    def _runner_type(self) -> Callable[..., Running]:
         """``sheetq.runner.Runner``: pipelined batches under the run lease (DESIGN.md §5, §6)."""
         from sheetq.runner import Runner
 
-        runner = Runner(
-            self.store,
-            self.settings,
-            clock=clock,
-            rng=rng,
-            notifier=notifier,
-            on_progress=on_progress,
-        )
-        return runner.run(options)
+        return Runner
 
-    def requeue(
-        self,
-        *,
-        task_ids: Sequence[str],
-        statuses: Sequence[Status],
-        types: Sequence[str],
-        error_classes: Sequence[str],
-        reset_attempts: bool,
-        dry_run: bool,
-        clock: Clock,
-    ) -> ChangeReport:
-        """``plan_requeue`` over the Queue, applied to the rows as read."""
-        return change_rows(
-            self.store,
-            self.settings,
-            requeue_plan(task_ids, statuses, types, error_classes, reset_attempts),
-            task_ids=task_ids,
-            dry_run=dry_run,
-            clock=clock,
-        )
-
-    def skip(
-        self, *, task_ids: Sequence[str], reason: str, dry_run: bool, clock: Clock
-    ) -> ChangeReport:
-        """``plan_skip`` over the Queue, applied to the rows as read."""
-        return change_rows(
-            self.store,
-            self.settings,
-            skip_plan(task_ids, reason),
-            task_ids=task_ids,
-            dry_run=dry_run,
-            clock=clock,
-        )
-
-    def archive(
-        self,
-        *,
-        now: datetime,
-        older_than: float | None,
-        log_older_than: float | None,
-        include_failed: bool,
-        dry_run: bool,
-        lock_wait: float,
-    ) -> ArchiveOutcome:
-        """Exclusive with ``process`` on this host (a run holds rows by number between
-        reads): waits up to ``lock_wait`` seconds for its host lock; a dry run does not."""
-        from sheetq.runner import host_lock as host_lock_for
-
-        store = self.store
-
-        def run() -> ArchiveOutcome:
-            return archive_rows(
-                store,
-                self.settings,
-                now=now,
-                older_than=older_than,
-                log_older_than=log_older_than,
-                include_failed=include_failed,
-                dry_run=dry_run,
-                max_bytes=None,
-            )
-
-        if dry_run:
-            return run()
+    def _exclusive(self, run: Callable[[], ArchiveOutcome], lock_wait: float) -> ArchiveOutcome:
+        """Archive is exclusive with ``process`` on this host (a run holds rows by number
+        between reads): waits up to ``lock_wait`` seconds for its host lock."""
         from filelock import Timeout
+
+        from sheetq.runner import host_lock as host_lock_for
 
         host_lock = host_lock_for(self.settings, timeout=lock_wait)
         try:
@@ -225,36 +136,9 @@ class SheetQueue:
         finally:
             host_lock.release()
 
-    def status(self, *, clock: Clock) -> StatusReport:
-        """Every Queue row tallied in Python (``sheetq.tally``); gone runs from the run
-        lease and this host's journal (``sheetq.held``)."""
-        info = self.store.open()
-        check(info, self.settings)
-        now = clock.now()
-        tally = read_tally(self.store, self.settings, info, now)
-        gone = (
-            _gone_runs(self.settings, info, tally.processing, now)
-            if tally.counts.get("processing")
-            else []
-        )
-        return StatusReport(info, tally, gone, now)
-
-    def stats(self, *, since: datetime, now: datetime, types: Sequence[str]) -> Stats:
-        """``sheetq.stats.compute`` over QueueLog, Queue and QueueArchive."""
-        info = self.store.open()
-        check(info, self.settings)
-        return read_stats(self.store, self.settings, info, since=since, now=now, types=types)
-
-    def list_rows(self, *, statuses: set[Status], types: Sequence[str], limit: int) -> list[Row]:
-        """The Queue read whole, filtered in Python."""
-        check(self.store.open(), self.settings)
-        return read_list(self.store, self.settings, statuses, types, limit)
-
-    def show(self, task_id: str) -> ShowReport:
-        """Queue, QueueLog (and QueueArchive when there is one) read whole."""
-        info = self.store.open()
-        check(info, self.settings)
-        return read_show(self.store, self.settings, info, task_id)
+    def _gone(self, info: WorkbookInfo, tally: QueueTally, now: datetime) -> list[HeldGroup]:
+        """Gone runs from the run lease and this host's journal (``sheetq.held``)."""
+        return _gone_runs(self.settings, info, tally.processing, now)
 
 
 # --- shared with PostgreSQL's Python path --------------------------------------------------

@@ -11,35 +11,23 @@ the sheet engine's Python path over every row (the reference the tests compare w
 from __future__ import annotations
 
 import os
-import random
 import sys
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from sheetq.port import ArchiveOutcome, ChangeReport, ShowReport, StatusReport
+from sheetq.port import ShowReport, StoreQueue
 from sheetq.postgres.store import PgStore
-from sheetq.sheet_queue import (
-    archive_rows,
-    change_rows,
-    check,
-    read_list,
-    read_show,
-    read_stats,
-    read_tally,
-    requeue_plan,
-    skip_plan,
-)
 
 if TYPE_CHECKING:
-    from sheetq.alerts.owed import Notifier
     from sheetq.clock import Clock
-    from sheetq.config import Settings
     from sheetq.enqueue import Enqueued, NewTask
+    from sheetq.held import HeldGroup
     from sheetq.model import Status
+    from sheetq.port import NotBefore, Running
     from sheetq.stats import Stats
-    from sheetq.store.base import Row, Store
-    from sheetq.summary import RunOptions, RunSummary
+    from sheetq.store.base import Row, WorkbookInfo
+    from sheetq.tally import QueueTally
 
 
 def sql_reports() -> bool:
@@ -49,25 +37,23 @@ def sql_reports() -> bool:
     return os.environ.get("SHEETQ_PG_REPORTS", "") != "python"
 
 
-class PgQueue:
+class PgQueue(StoreQueue):
     """The queue in PostgreSQL. ``store`` makes the ``PgStore`` (and so connects) on first
-    use (see ``sheetq.port.open_queue``)."""
+    use (see ``sheetq.port.open_queue``); requeue, skip and the reports' shape are
+    ``StoreQueue``'s, the reports' reads are SQL (``reports``)."""
 
     positions = False  # a database row has no sheet position: reports print ``row: null``
-
-    def __init__(self, settings: Settings, store: Callable[[], Store]) -> None:
-        self.settings = settings
-        self._factory = store
-        self._store: PgStore | None = None
+    # ``archive``: one transaction, however many rows (no request cap); no run lock to wait
+    # for: workers and archive share the queue row by row (a move applies only to a row
+    # still as read)
+    archive_max_bytes = sys.maxsize
 
     @property
     def store(self) -> PgStore:
         """The store, connected on first use."""
-        if self._store is None:
-            store = self._factory()
-            assert isinstance(store, PgStore)
-            self._store = store
-        return self._store
+        store = self._open_store()
+        assert isinstance(store, PgStore)
+        return store
 
     def init(self, *, fmt: bool, dashboard: bool, clock: Clock, say: Callable[[str], None]) -> None:
         """``init`` on PostgreSQL (DESIGN.md §11 "Schema"): apply the migrations the database
@@ -90,159 +76,62 @@ class PgQueue:
         state_words = "" if applied else " is current, nothing to do"
         say(f"{where}: schema version {version}{state_words}; queue {queue!r} ready")
 
-    def enqueue(
-        self,
-        tasks: Sequence[NewTask],
-        *,
-        clock: Clock,
-        not_before: Callable[[str], datetime | None],
-    ) -> list[Enqueued]:
+    def _enqueue(self, tasks: list[NewTask], clock: Clock, when: NotBefore) -> list[Enqueued]:
         """Only the batch's keys, one transaction (DESIGN.md §11); ``--at`` without an
         offset is UTC."""
         from sheetq.postgres.enqueue import enqueue as enqueue_pg
 
         store = self.store
-        when = not_before("UTC")
+        moment = when("UTC")
         for task in tasks:
-            task.not_before = when
+            task.not_before = moment
         return enqueue_pg(store, self.settings, tasks, now=clock.now())
 
-    def run(
-        self,
-        options: RunOptions,
-        *,
-        clock: Clock,
-        rng: random.Random,
-        notifier: Notifier | None,
-        on_progress: Callable[[str], None] | None,
-    ) -> RunSummary:
+    def _runner_type(self) -> Callable[..., Running]:
         """``PgRunner``: claims and settles per task (DESIGN.md §11)."""
         from sheetq.postgres.runner import PgRunner
 
-        runner = PgRunner(
-            self.store,
-            self.settings,
-            clock=clock,
-            rng=rng,
-            notifier=notifier,
-            on_progress=on_progress,
-        )
-        return runner.run(options)
+        return PgRunner
 
-    def requeue(
-        self,
-        *,
-        task_ids: Sequence[str],
-        statuses: Sequence[Status],
-        types: Sequence[str],
-        error_classes: Sequence[str],
-        reset_attempts: bool,
-        dry_run: bool,
-        clock: Clock,
-    ) -> ChangeReport:
-        """``plan_requeue``; applied only to rows still as read."""
-        return change_rows(
-            self.store,
-            self.settings,
-            requeue_plan(task_ids, statuses, types, error_classes, reset_attempts),
-            task_ids=task_ids,
-            dry_run=dry_run,
-            clock=clock,
-        )
+    def _tally(self, info: WorkbookInfo, now: datetime) -> QueueTally:
+        """GROUP BY, not every row (``reports.status_tally``)."""
+        if not sql_reports():
+            return super()._tally(info, now)
+        from sheetq.postgres.reports import status_tally
 
-    def skip(
-        self, *, task_ids: Sequence[str], reason: str, dry_run: bool, clock: Clock
-    ) -> ChangeReport:
-        """``plan_skip``; applied only to rows still as read."""
-        return change_rows(
-            self.store,
-            self.settings,
-            skip_plan(task_ids, reason),
-            task_ids=task_ids,
-            dry_run=dry_run,
-            clock=clock,
-        )
+        return status_tally(self.store, self.settings, now)
 
-    def archive(
-        self,
-        *,
-        now: datetime,
-        older_than: float | None,
-        log_older_than: float | None,
-        include_failed: bool,
-        dry_run: bool,
-        lock_wait: float,
-    ) -> ArchiveOutcome:
-        """No run lock to wait for: workers and archive share the queue row by row (a move
-        applies only to a row still as read); one transaction, however many rows (no
-        request cap). ``lock_wait`` is unused."""
-        return archive_rows(
-            self.store,
-            self.settings,
-            now=now,
-            older_than=older_than,
-            log_older_than=log_older_than,
-            include_failed=include_failed,
-            dry_run=dry_run,
-            max_bytes=sys.maxsize,
-        )
-
-    def status(self, *, clock: Clock) -> StatusReport:
-        """GROUP BY, not every row (``reports.status_tally``). No run lease and no journal
-        here: a processing task's run is gone when its own lease has ended."""
+    def _gone(self, info: WorkbookInfo, tally: QueueTally, now: datetime) -> list[HeldGroup]:
+        """No run lease and no journal here: a processing task's run is gone when its own
+        lease has ended."""
         from sheetq.held import held_by_gone_runs
 
-        store = self.store
-        info = store.open()
-        check(info, self.settings)
-        now = clock.now()
-        if sql_reports():
-            from sheetq.postgres.reports import status_tally
-
-            tally = status_tally(store, self.settings, now)
-        else:
-            tally = read_tally(store, self.settings, info, now)
-        gone = (
-            held_by_gone_runs(
-                tally.processing,
-                lease_expires=None,
-                now=now,
-                settings=self.settings,
-                run_lease=False,
-            )
-            if tally.counts.get("processing")
-            else []
+        return held_by_gone_runs(
+            tally.processing, lease_expires=None, now=now, settings=self.settings, run_lease=False
         )
-        return StatusReport(info, tally, gone, now)
 
-    def stats(self, *, since: datetime, now: datetime, types: Sequence[str]) -> Stats:
+    def _stats(
+        self, info: WorkbookInfo, *, since: datetime, now: datetime, types: Sequence[str]
+    ) -> Stats:
         """Aggregated in SQL over the window (``reports.window_stats``)."""
-        store = self.store
-        info = store.open()
-        check(info, self.settings)
-        if sql_reports():
-            from sheetq.postgres.reports import window_stats
+        if not sql_reports():
+            return super()._stats(info, since=since, now=now, types=types)
+        from sheetq.postgres.reports import window_stats
 
-            return window_stats(store, since=since, now=now, types=types)
-        return read_stats(store, self.settings, info, since=since, now=now, types=types)
+        return window_stats(self.store, since=since, now=now, types=types)
 
-    def list_rows(self, *, statuses: set[Status], types: Sequence[str], limit: int) -> list[Row]:
+    def _list(self, statuses: set[Status], types: Sequence[str], limit: int) -> list[Row]:
         """WHERE … ORDER BY … LIMIT (``reports.list_rows``)."""
-        store = self.store
-        check(store.open(), self.settings)
-        if sql_reports():
-            from sheetq.postgres.reports import list_rows as select_rows
+        if not sql_reports():
+            return super()._list(statuses, types, limit)
+        from sheetq.postgres.reports import list_rows as select_rows
 
-            return select_rows(store, sorted(str(s) for s in statuses), types, limit)
-        return read_list(store, self.settings, statuses, types, limit)
+        return select_rows(self.store, sorted(str(s) for s in statuses), types, limit)
 
-    def show(self, task_id: str) -> ShowReport:
+    def _show(self, info: WorkbookInfo, task_id: str) -> ShowReport:
         """Lookups by task_id (``reports.show_rows``)."""
-        store = self.store
-        info = store.open()
-        check(info, self.settings)
-        if sql_reports():
-            from sheetq.postgres.reports import show_rows
+        if not sql_reports():
+            return super()._show(info, task_id)
+        from sheetq.postgres.reports import show_rows
 
-            return ShowReport(*show_rows(store, task_id))
-        return read_show(store, self.settings, info, task_id)
+        return ShowReport(*show_rows(self.store, task_id))

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_helpers import assert_log_matches_queue, enqueue_task, set_now
 from tests.conftest import Book, handler_script, run_cli, write_config
 
 ON_POSTGRES = True  # the behavioural suite: also runs on PostgreSQL (DESIGN.md §11)
@@ -22,10 +23,6 @@ with log.open("a") as f:
 """
 
 
-def _at(monkeypatch: pytest.MonkeyPatch, when: datetime) -> None:
-    monkeypatch.setenv("SHEETQ_NOW", when.strftime("%Y-%m-%dT%H:%M:%SZ"))
-
-
 def _fake_clock(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every command of the test runs on one FakeClock: sleeps pass at once, time moves."""
     from sheetq.clock import FakeClock
@@ -37,12 +34,6 @@ def _fake_clock(monkeypatch: pytest.MonkeyPatch) -> None:
 def _on_pg(book: Book) -> bool:
     """The book is a PostgreSQL queue (conftest may be imported under two names)."""
     return type(book).__name__ == "PgBook"
-
-
-def _enqueue(payload: dict[str, object], task_type: str = "job") -> str:
-    r = run_cli(["enqueue", task_type, json.dumps(payload), "--json"])
-    assert r.code == 0, r.stderr
-    return str(r.json()["task_id"])
 
 
 def _exit_handler(tmp_path: Path, name: str, code: int, out: str = "", err: str = "") -> str:
@@ -75,10 +66,10 @@ def test_command_exit_codes(
     retry_count: str,
 ) -> None:
     """sysexits: 0 done, 75 transient, 65 permanent, 77 auth, anything else transient."""
-    _at(monkeypatch, NOW)
+    set_now(monkeypatch, NOW)
     cmd = _exit_handler(tmp_path, "h", code, out="the result", err="stderr tail says why")
     write_config(f"[types.job]\ncommand = {cmd}\n")
-    task = _enqueue({"n": 1})
+    task = enqueue_task({"n": 1})
     r = run_cli(["process", "--json"])
     assert r.code == 0, r.stderr
     row = book.row_of(task)
@@ -124,9 +115,9 @@ def test_json_status_line_decides(
     error_class: str,
 ) -> None:
     """A last stdout line that is a JSON object with a status decides, whatever the exit code."""
-    _at(monkeypatch, NOW)
+    set_now(monkeypatch, NOW)
     write_config(f"[types.job]\ncommand = {_exit_handler(tmp_path, 'h', 1, out=line)}\n")
-    task = _enqueue({"n": 1})
+    task = enqueue_task({"n": 1})
     assert run_cli(["process"]).code == 0
     row = book.row_of(task)
     assert (row["status"], row["error_class"]) == (status, error_class)
@@ -141,14 +132,14 @@ def test_timeout_is_unknown_outcome(
     book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A handler killed by its timeout: outcome unknown; idempotent types retry, others fail."""
-    _at(monkeypatch, NOW)
+    set_now(monkeypatch, NOW)
     slow = handler_script(tmp_path, "slow", "import time\ntime.sleep(30)\n")
     write_config(
         f"[types.safe]\ncommand = {slow}\ntimeout = '0.5s'\nidempotent = true\n"
         f"[types.risky]\ncommand = {slow}\ntimeout = '0.5s'\n"
     )
-    safe = _enqueue({"n": 1}, "safe")
-    risky = _enqueue({"n": 2}, "risky")
+    safe = enqueue_task({"n": 1}, "safe")
+    risky = enqueue_task({"n": 2}, "risky")
     r = run_cli(["process", "--batch-size", "5", "--json"])
     assert r.code == 0, r.stderr
     row = book.row_of(safe)
@@ -164,17 +155,17 @@ def test_retries_then_fails_after_max_attempts(
     """Each failed attempt adds one to retry_count; the row is not due before its backoff."""
     write_config(f"[types.job]\ncommand = {_exit_handler(tmp_path, 'h', 75)}\nmax_attempts = 3\n")
     now = NOW
-    _at(monkeypatch, now)
-    task = _enqueue({"n": 1})
+    set_now(monkeypatch, now)
+    task = enqueue_task({"n": 1})
     for attempt in (1, 2, 3):
-        _at(monkeypatch, now)
+        set_now(monkeypatch, now)
         doc = run_cli(["process", "--json"]).json()
         assert doc["claimed"] == 1, (attempt, doc)
         row = book.row_of(task)
         assert row["retry_count"] == str(attempt)
         if attempt < 3:
             due = datetime.fromisoformat(row["next_retry_at"])
-            _at(monkeypatch, due - timedelta(seconds=1))
+            set_now(monkeypatch, due - timedelta(seconds=1))
             assert run_cli(["process", "--json"]).json()["claimed"] == 0
             now = due
     assert book.row_of(task)["status"] == "failed"
@@ -187,13 +178,13 @@ def test_auth_opens_circuit_and_releases_claimed(
     book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An auth failure fails its task; the type's other rows stay untouched, no attempt used."""
-    _at(monkeypatch, NOW)
+    set_now(monkeypatch, NOW)
     write_config(
         f"[types.crm]\ncommand = {_exit_handler(tmp_path, 'h', 77)}\n"
         f"[types.other]\ncommand = {_exit_handler(tmp_path, 'ok', 0)}\n"
     )
-    crm = [_enqueue({"n": i}, "crm") for i in range(3)]
-    other = _enqueue({"n": 9}, "other")
+    crm = [enqueue_task({"n": i}, "crm") for i in range(3)]
+    other = enqueue_task({"n": 9}, "other")
     doc = run_cli(["process", "--batch-size", "10", "--json"]).json()
     assert doc["failed"] == 1 and doc["done"] == 1
     # PostgreSQL claims a task only as it starts it (§11): nothing claimed, nothing to release
@@ -210,12 +201,12 @@ def test_breaker_opens_after_consecutive_transient(
     book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """After breaker_threshold transient failures of a type in a run, its other rows wait."""
-    _at(monkeypatch, NOW)
+    set_now(monkeypatch, NOW)
     write_config(
         f"[types.job]\ncommand = {_exit_handler(tmp_path, 'h', 75)}\nbreaker_threshold = 2\n"
     )
     for i in range(5):
-        _enqueue({"n": i})
+        enqueue_task({"n": i})
     doc = run_cli(["process", "--batch-size", "10", "--json"]).json()
     assert doc["retry"] == 2 and doc["released"] == (0 if _on_pg(book) else 3)
     assert "2 consecutive transient failures" in doc["open_circuits"]["job"]
@@ -232,7 +223,7 @@ def test_rate_limit_spaces_calls(
         f"[types.job]\ncommand = {handler_script(tmp_path, 'c', COUNTER)}\nrate_limit = '30/min'\n"
     )
     for i in range(4):
-        _enqueue({"n": i})
+        enqueue_task({"n": i})
     doc = run_cli(["process", "--batch-size", "4", "--json"]).json()
     assert doc["done"] == 4
     assert doc["seconds"] >= 6.0  # three waits of 2 s on the fake clock
@@ -247,9 +238,9 @@ def test_max_age_expires_without_running(
     write_config(
         f"[types.job]\ncommand = {handler_script(tmp_path, 'c', COUNTER)}\nmax_age = '1h'\n"
     )
-    _at(monkeypatch, NOW)
-    task = _enqueue({"n": 1})
-    _at(monkeypatch, NOW + timedelta(hours=2))
+    set_now(monkeypatch, NOW)
+    task = enqueue_task({"n": 1})
+    set_now(monkeypatch, NOW + timedelta(hours=2))
     doc = run_cli(["process", "--json"]).json()
     assert doc["expired"] == 1 and doc["claimed"] == 0
     row = book.row_of(task)
@@ -267,9 +258,9 @@ def test_oldest_first_batches_and_until_empty(
     write_config(f"[types.job]\ncommand = {handler_script(tmp_path, 'c', COUNTER)}\n")
     tasks = []
     for i in range(7):
-        _at(monkeypatch, NOW + timedelta(minutes=i))
-        tasks.append(_enqueue({"n": i}))
-    _at(monkeypatch, NOW + timedelta(hours=1))
+        set_now(monkeypatch, NOW + timedelta(minutes=i))
+        tasks.append(enqueue_task({"n": i}))
+    set_now(monkeypatch, NOW + timedelta(hours=1))
     doc = run_cli(["process", "--batch-size", "2", "--max-batches", "2", "--json"]).json()
     assert (doc["batches"], doc["done"]) == (2, 4)
     ran = [line.split()[0] for line in calls.read_text().splitlines()]
@@ -282,7 +273,7 @@ def test_oldest_first_batches_and_until_empty(
 def test_types_without_handler_are_reported(book: Book, tmp_path: Path) -> None:
     """A row whose type has no handler is not claimed; the run says how many wait."""
     write_config(f"[types.job]\ncommand = {_exit_handler(tmp_path, 'ok', 0)}\n")
-    _enqueue({"n": 1}, "jbo")
+    enqueue_task({"n": 1}, "jbo")
     r = run_cli(["process"])
     assert r.code == 0
     assert "1 waiting without handler (jbo: 1)" in r.stdout
@@ -293,7 +284,7 @@ def test_type_filter_and_dry_run(book: Book, tmp_path: Path) -> None:
     """--type limits the run to those types; --dry-run shows the claim and changes nothing."""
     ok = _exit_handler(tmp_path, "ok", 0)
     write_config(f"[types.a]\ncommand = {ok}\n[types.b]\ncommand = {ok}\n")
-    a, b = _enqueue({"n": 1}, "a"), _enqueue({"n": 2}, "b")
+    a, b = enqueue_task({"n": 1}, "a"), enqueue_task({"n": 2}, "b")
     before = book.records()
     doc = run_cli(["process", "--dry-run", "--json"]).json()
     assert [w["task_id"] for w in doc["would_claim"]] == [a, b]
@@ -308,7 +299,7 @@ def test_racing_duplicate_rows_resolved_to_skipped(book: Book, tmp_path: Path) -
     if _on_pg(book):
         pytest.skip("PostgreSQL's key constraint makes two tasks with one key impossible")
     write_config(f"[types.job]\ncommand = {_exit_handler(tmp_path, 'ok', 0)}\n")
-    first = _enqueue({"order_id": 5})
+    first = enqueue_task({"order_id": 5})
     rows = book.records()
     header = book.grid("Queue")[0]
     late = dict(rows[0])
@@ -330,7 +321,7 @@ def test_python_handler_signals(
     book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """python handlers: return → done; RetryTask/FailTask/SkipTask; other exceptions transient."""
-    _at(monkeypatch, NOW)
+    set_now(monkeypatch, NOW)
     (tmp_path / "work").mkdir(exist_ok=True)
     module = Path.cwd() / "myhandlers.py"
     module.write_text(
@@ -345,7 +336,7 @@ def test_python_handler_signals(
         encoding="utf-8",
     )
     write_config("[types.py]\npython = 'myhandlers:run'\n")
-    ids = {k: _enqueue({"kind": k}, "py") for k in ("ok", "retry", "fail", "skip", "crash")}
+    ids = {k: enqueue_task({"kind": k}, "py") for k in ("ok", "retry", "fail", "skip", "crash")}
     doc = run_cli(["process", "--batch-size", "10", "--json"]).json()
     assert doc["done"] == 1 and doc["failed"] == 1 and doc["skipped"] == 1 and doc["retry"] == 2
     assert json.loads(book.row_of(ids["ok"])["result"]) == {"id": 1}
@@ -361,7 +352,7 @@ def test_secrets_redacted_from_errors(book: Book, tmp_path: Path) -> None:
         f"[types.job]\ncommand = {_exit_handler(tmp_path, 'h', 65, err=err)}\n"
         "redact_fields = ['phone']\n"
     )
-    task = _enqueue({"phone": "+380501234567"})
+    task = enqueue_task({"phone": "+380501234567"})
     run_cli(["process"])
     row = book.row_of(task)
     assert "abcdefghijklmnop123" not in row["last_error"]
@@ -375,7 +366,7 @@ def test_log_matches_queue_after_every_run(
     book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """For every task, the last QueueLog status equals the Queue status."""
-    _at(monkeypatch, NOW)
+    set_now(monkeypatch, NOW)
     write_config(
         f"[types.a]\ncommand = {_exit_handler(tmp_path, 'a', 0)}\n"
         f"[types.b]\ncommand = {_exit_handler(tmp_path, 'b', 75)}\n"
@@ -383,18 +374,9 @@ def test_log_matches_queue_after_every_run(
     )
     for i in range(4):
         for t in "abc":
-            _enqueue({"n": i}, t)
+            enqueue_task({"n": i}, t)
     run_cli(["process", "--until-empty", "--batch-size", "3"])
     assert_log_matches_queue(book)
-
-
-def assert_log_matches_queue(book: Book) -> None:
-    last: dict[str, str] = {}
-    for entry in book.log():
-        if entry["event"] not in ("duplicate", "conflict", "alerted"):
-            last[entry["task_id"]] = entry["status"]
-    for row in book.records():
-        assert last.get(row["task_id"]) == row["status"], row["task_id"]
 
 
 def test_max_runtime_releases_unstarted_and_claims_no_new_batch(
@@ -403,7 +385,7 @@ def test_max_runtime_releases_unstarted_and_claims_no_new_batch(
     """Past --max-runtime no task is started (released, no attempt used) and no batch claimed."""
     _fake_clock(monkeypatch)
     write_config(f"[types.job]\ncommand = {_exit_handler(tmp_path, 'ok', 0)}\nrate_limit = '1/s'\n")
-    ids = [_enqueue({"n": i}) for i in range(7)]
+    ids = [enqueue_task({"n": i}) for i in range(7)]
     # the rate limit makes each start wait 1 s on the injected clock: starts at 0, 1, 2, 3 s
     doc = run_cli(
         ["process", "--batch-size", "5", "--until-empty", "--max-runtime", "2.5s", "--json"]
@@ -423,15 +405,15 @@ def test_max_age_counts_from_due_time_for_delayed_and_requeued(
 ) -> None:
     """A task delayed past max_age, or requeued days later, runs instead of expiring."""
     write_config(f"[types.job]\ncommand = {_exit_handler(tmp_path, 'h', 65)}\nmax_age = '1h'\n")
-    _at(monkeypatch, NOW)
+    set_now(monkeypatch, NOW)
     delayed = run_cli(["enqueue", "job", '{"n": 1}', "--delay", "5h", "--json"]).json()["task_id"]
-    failed = _enqueue({"n": 2})
+    failed = enqueue_task({"n": 2})
     assert run_cli(["process", "--json"]).json()["failed"] == 1
-    _at(monkeypatch, NOW + timedelta(hours=5, minutes=1))
+    set_now(monkeypatch, NOW + timedelta(hours=5, minutes=1))
     doc = run_cli(["process", "--batch-size", "5", "--json"]).json()
     assert doc["expired"] == 0 and doc["claimed"] == 1
     assert book.row_of(delayed)["error_class"] == "permanent"
-    _at(monkeypatch, NOW + timedelta(days=3))
+    set_now(monkeypatch, NOW + timedelta(days=3))
     assert run_cli(["requeue", "--task", failed]).code == 0
     doc = run_cli(["process", "--json"]).json()
     assert doc["expired"] == 0 and doc["claimed"] == 1
@@ -441,7 +423,7 @@ def test_at_in_the_past_runs_now(
     book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """--at a time long past is due at once; it does not expire before running."""
-    _at(monkeypatch, NOW)
+    set_now(monkeypatch, NOW)
     write_config(f"[types.job]\ncommand = {_exit_handler(tmp_path, 'ok', 0)}\n")
     task = run_cli(["enqueue", "job", "{}", "--at", "2020-01-01T00:00:00Z", "--json"]).json()
     doc = run_cli(["process", "--json"]).json()
@@ -458,7 +440,7 @@ def test_unparseable_next_retry_at_is_due_and_warned(
     if _on_pg(book):
         pytest.skip("a PostgreSQL timestamptz cannot hold text a person typed into a cell")
     write_config(f"[types.job]\ncommand = {_exit_handler(tmp_path, 'ok', 0)}\n")
-    task = _enqueue({"n": 1})
+    task = enqueue_task({"n": 1})
     row = int(book.row_of(task)["_row"])
     book.set_cell("Queue", row, "status", status)
     book.set_cell("Queue", row, "next_retry_at", "not a date")

@@ -16,6 +16,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from tests.cli_helpers import assert_log_matches_queue, enqueue_task, set_now
 from tests.conftest import PgBook, handler_script, run_cli, write_config
 
 pytestmark = pytest.mark.postgres
@@ -28,31 +29,11 @@ print(json.dumps(task["verdict"]))
 """
 
 
-def _at(monkeypatch: pytest.MonkeyPatch, when: datetime) -> None:
-    monkeypatch.setenv("SHEETQ_NOW", when.strftime("%Y-%m-%dT%H:%M:%SZ"))
-
-
-def _enqueue(payload: dict[str, object], task_type: str = "job") -> str:
-    r = run_cli(["enqueue", task_type, json.dumps(payload), "--json"])
-    assert r.code == 0, r.stderr
-    return str(r.json()["task_id"])
-
-
-def assert_log_agrees(book: PgBook) -> None:
-    """Each task's last state-changing log row carries the task's current status."""
-    last: dict[str, str] = {}
-    for entry in book.log():
-        if entry["event"] not in ("duplicate", "conflict", "alerted"):
-            last[entry["task_id"]] = entry["status"]
-    for row in book.records():
-        assert last.get(row["task_id"]) == row["status"], row["task_id"]
-
-
 def test_outcomes_commit_with_their_log_rows(
     pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """done / retry / failed / skipped land per task, each with a log row that agrees."""
-    _at(monkeypatch, NOW)
+    set_now(monkeypatch, NOW)
     write_config(f"[types.job]\ncommand = {handler_script(tmp_path, 'v', VERDICT)}\n")
     verdicts = {
         "done": {"status": "done", "result": "crm-1"},
@@ -60,7 +41,7 @@ def test_outcomes_commit_with_their_log_rows(
         "failed": {"status": "failed", "error": "bad data"},
         "skipped": {"status": "skipped", "error": "nothing to do"},
     }
-    ids = {name: _enqueue({"verdict": v}) for name, v in verdicts.items()}
+    ids = {name: enqueue_task({"verdict": v}) for name, v in verdicts.items()}
     r = run_cli(["process", "--batch-size", "10", "--json"])
     assert r.code == 0, r.stderr
     doc = r.json()
@@ -79,17 +60,17 @@ def test_outcomes_commit_with_their_log_rows(
         assert [e["event"] for e in book.log(task)] == ["enqueued", "claimed", name]
     assert book.row_of(ids["done"])["result"] == "crm-1"
     assert book.row_of(ids["retry"])["next_retry_at"] == "2026-01-05T09:10:00Z"
-    assert_log_agrees(book)
+    assert_log_matches_queue(book)
 
 
 def test_expired_lease_is_recovered_once(
     pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A processing row whose lease ran out (a dead run) is recovered by one run, once."""
-    _at(monkeypatch, NOW)
+    set_now(monkeypatch, NOW)
     ok = handler_script(tmp_path, "ok", "import sys\nsys.stdin.read()\n")
     write_config(f"[types.job]\ncommand = {ok}\nidempotent = true\n")
-    task = _enqueue({"n": 1})
+    task = enqueue_task({"n": 1})
     with psycopg.connect(pg_url) as conn:
         conn.execute(
             "UPDATE sheetq_tasks SET status = 'processing', lease_owner = 'run_dead',"
@@ -97,7 +78,7 @@ def test_expired_lease_is_recovered_once(
             (NOW + timedelta(minutes=10), task),
         )
     assert run_cli(["process", "--json"]).json()["recovered"] == 0  # lease still good
-    _at(monkeypatch, NOW + timedelta(minutes=11))
+    set_now(monkeypatch, NOW + timedelta(minutes=11))
     first = run_cli(["process", "--json"]).json()
     second = run_cli(["process", "--json"]).json()
     assert (first["recovered"], second["recovered"]) == (1, 0)
@@ -105,7 +86,7 @@ def test_expired_lease_is_recovered_once(
     row = book.row_of(task)
     assert (row["status"], row["error_class"], row["retry_count"]) == ("retry", "unknown", "1")
     assert [e["event"] for e in book.log(task)].count("recovered") == 1
-    assert_log_agrees(book)
+    assert_log_matches_queue(book)
 
 
 def test_late_outcome_after_recovery_is_refused_and_logged(
@@ -113,7 +94,7 @@ def test_late_outcome_after_recovery_is_refused_and_logged(
 ) -> None:
     """A handler outliving its lease while another run recovers the task: its outcome is
     refused, logged with the row's current status, and never written over the newer state."""
-    _at(monkeypatch, NOW)
+    set_now(monkeypatch, NOW)
     later = (NOW + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
     # the handler itself starts a second run an hour later, which finds the lease expired
     slow = handler_script(
@@ -125,7 +106,7 @@ def test_late_outcome_after_recovery_is_refused_and_logged(
         "print('crm-1')\n",
     )
     write_config(f"[types.job]\ncommand = {slow}\nidempotent = true\ntimeout = '60s'\n")
-    task = _enqueue({"n": 1})
+    task = enqueue_task({"n": 1})
     r = run_cli(["process", "--json"])
     assert r.code == 0, r.stderr
     assert "late outcome(s) refused" in r.stderr
@@ -137,7 +118,7 @@ def test_late_outcome_after_recovery_is_refused_and_logged(
     refused = events[-1]
     assert (refused["status"], refused["retry_count"]) == ("retry", "1")
     assert refused["message"].startswith("late outcome refused")
-    assert_log_agrees(book)
+    assert_log_matches_queue(book)
 
 
 @pytest.mark.slow
@@ -174,7 +155,7 @@ def test_sigterm_ends_the_running_tasks_lease_now(
     pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """SIGTERM mid-task: exit 143, the task's lease ends now, the next run recovers it at once."""
-    _at(monkeypatch, NOW)
+    set_now(monkeypatch, NOW)
     began = tmp_path / "began"
     slow = handler_script(
         tmp_path,
@@ -183,7 +164,7 @@ def test_sigterm_ends_the_running_tasks_lease_now(
         "time.sleep(30)\n",
     )
     write_config(f"[types.job]\ncommand = {slow}\nidempotent = true\n")
-    task = _enqueue({"n": 1})
+    task = enqueue_task({"n": 1})
     proc = subprocess.Popen(
         [sys.executable, "-m", "sheetq", "process"],
         stdout=subprocess.PIPE,
