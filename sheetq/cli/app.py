@@ -25,7 +25,8 @@ app = typer.Typer(
     help="A job queue in a spreadsheet: idempotent enqueue, retries with backoff, leases, an "
     "audit log, and Telegram alerts when tasks fail.\n\n"
     "Set SHEETQ_SPREADSHEET to a Google Sheets URL or key, or to local:PATH for the embedded "
-    "SQLite workbook. Try `sheetq demo`.",
+    "SQLite workbook; or SHEETQ_DATABASE_URL to a postgresql:// URL for PostgreSQL. Try "
+    "`sheetq demo`.",
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,

@@ -98,7 +98,9 @@ def enqueue(
     at: Annotated[
         str | None,
         typer.Option(
-            "--at", help="Not before this time (ISO 8601; no offset = the spreadsheet's zone)."
+            "--at",
+            help="Not before this time (ISO 8601; no offset = the spreadsheet's zone, UTC on "
+            "PostgreSQL).",
         ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,

@@ -16,8 +16,9 @@ from sheetq.postgres import schema
 from sheetq.postgres.connection import connect, describe
 
 FIX_CONNECT = (
-    "check SHEETQ_DATABASE_URL (postgresql://USER@HOST:PORT/DBNAME): the host and port are "
-    "reachable, the user exists, the password is right (in the URL, PGPASSWORD or ~/.pgpass)"
+    "check SHEETQ_DATABASE_URL / --database-url (postgresql://USER@HOST:PORT/DBNAME): the host "
+    "and port are reachable, the user exists, the password is right (in the URL, PGPASSWORD "
+    "or ~/.pgpass)"
 )
 STATUS_ORDER = ("pending", "processing", "retry", "done", "failed", "skipped")
 
