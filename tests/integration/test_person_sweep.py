@@ -40,7 +40,7 @@ from tests.conftest import GoogleBook, Result, make_google, run_cli, write_confi
 from tests.fakes.sheets_emulator import SheetsEmulator
 from tests.fakes.telegram_fake import FORUM_CHAT_ID, FakeBotAPI
 
-pytestmark = [pytest.mark.google, pytest.mark.slow]
+pytestmark = [pytest.mark.google, pytest.mark.slow, pytest.mark.xdist_group("person_sweep")]
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 QUEUE, LOG, ARCHIVE = "Queue", "QueueLog", "QueueArchive"
