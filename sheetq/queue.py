@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, tzinfo
 from functools import cached_property
@@ -288,9 +288,14 @@ def plan_batch(
     types: Sequence[str] = (),
     open_circuits: Iterable[str] = (),
     held: Collection[str] = (),
+    key_holders: Mapping[str, str] | None = None,
 ) -> BatchPlan:
     """What one claim request writes: recoveries, expiries, a person's requeues,
-    duplicate-key losers, and the claim of the oldest due rows (DESIGN.md §5 steps 2–4)."""
+    duplicate-key losers, and the claim of the oldest due rows (DESIGN.md §5 steps 2–4).
+
+    A loser is a row whose idempotency key an earlier row among ``rows`` has, or (when the
+    backend sees only some rows, as PostgreSQL's claim does) whose key ``key_holders``
+    (key → the task id that holds it) gives to another task."""
     log_sheet = settings.log_sheet
     queue_sheet = settings.queue_sheet
     plan = BatchPlan(ChangeSet())
@@ -403,8 +408,12 @@ def plan_batch(
             continue
         # Two enqueues that raced with one key: only the earliest row ever runs.
         winner = winners.get(row.idempotency_key)
-        if winner is not None and winner is not row:
-            message = f"duplicate of {winner.task_id} (same idempotency key, created earlier)"
+        first = winner.task_id if winner is not None and winner is not row else None
+        if first is None and key_holders and row.idempotency_key:
+            holder = key_holders.get(row.idempotency_key)
+            first = holder if holder not in (None, row.task_id) else None
+        if first is not None:
+            message = f"duplicate of {first} (same idempotency key, created earlier)"
             change(
                 row,
                 status=str(Status.SKIPPED),

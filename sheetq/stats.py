@@ -65,6 +65,22 @@ _SIMPLE = frozenset({"enqueued", "duplicate", "conflict", "claimed", "skipped", 
 _BLOCKS = " ▁▂▃▄▅▆▇█"
 
 
+@dataclass(frozen=True)
+class Sample:
+    """What ``stats`` reports of a set of measurements: how many there are and their
+    nearest-rank p50 and p95 (``None`` when there are none). Units are the caller's
+    (seconds for enqueue-to-done, milliseconds for handler durations)."""
+
+    count: int
+    p50: float | None
+    p95: float | None
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Sample:
+        """The summary of ``values`` (any order)."""
+        return cls(len(values), percentile(values, 50), percentile(values, 95))
+
+
 @dataclass
 class Stats:
     """The numbers of one window. Durations are seconds; ``by_hour`` maps the hour's ISO
@@ -84,8 +100,8 @@ class Stats:
     recovered: int = 0
     requeued: int = 0
     archived: int = 0
-    to_done: list[int] = field(default_factory=list)
-    handler_ms: list[int] = field(default_factory=list)
+    to_done: Sample = field(default_factory=lambda: Sample(0, None, None))
+    handler_ms: Sample = field(default_factory=lambda: Sample(0, None, None))
     oldest_waiting: float | None = None
     failed_by_error_class: Counter[str] = field(default_factory=Counter)
     by_hour: dict[str, Counter[str]] = field(default_factory=dict)
@@ -119,8 +135,8 @@ class Stats:
             "failed": self.failed,
             "success_rate": self.success_rate,
             "dead_letter_rate": self.dead_letter_rate,
-            "p50_seconds": percentile(self.to_done, 50),
-            "p95_seconds": percentile(self.to_done, 95),
+            "p50_seconds": self.to_done.p50,
+            "p95_seconds": self.to_done.p95,
             "oldest_waiting_seconds": None
             if self.oldest_waiting is None
             else round(self.oldest_waiting),
@@ -135,9 +151,9 @@ class Stats:
             "archived": self.archived,
             "finished": self.finished,
             "retry_rate": self.retry_rate,
-            "done_with_time": len(self.to_done),
-            "handler_p50_ms": percentile(self.handler_ms, 50),
-            "handler_p95_ms": percentile(self.handler_ms, 95),
+            "done_with_time": self.to_done.count,
+            "handler_p50_ms": self.handler_ms.p50,
+            "handler_p95_ms": self.handler_ms.p95,
             "by_hour": {hour: dict(c) for hour, c in sorted(self.by_hour.items())},
             "unreadable_ts": self.unreadable_ts,
         }
@@ -195,6 +211,8 @@ def compute(
     enqueued_at: dict[str, str] = {}
     done_at: dict[str, str] = {}
     failures: list[str] = []  # task ids of failures other than expiry
+    handler_ms: list[int] = []
+    to_done: list[int] = []
     events: Counter[str] = Counter()
     for raw in log_rows:
         values = raw.values
@@ -239,7 +257,7 @@ def compute(
             if event == "done":
                 duration = values.get("duration_ms")
                 if isinstance(duration, int | float) and not isinstance(duration, bool):
-                    stats.handler_ms.append(int(duration))
+                    handler_ms.append(int(duration))
             stats.done += 1
         elif outcome == "failed":
             if event == "expired":
@@ -266,7 +284,9 @@ def compute(
         begun = enqueued_at.get(task)
         if begun is not None and begun <= finished:
             delta = _moment(finished) - _moment(begun)
-            stats.to_done.append(int(delta.total_seconds()))
+            to_done.append(int(delta.total_seconds()))
+    stats.to_done = Sample.of(to_done)
+    stats.handler_ms = Sample.of(handler_ms)
     queue = list(queue_rows)
     classes = _error_classes(set(failures), queue, archive_rows)
     for task in failures:

@@ -85,7 +85,7 @@ def _age(value: float | None) -> list[str]:
 
 
 def _render(result: Stats, log_sheet: str, types: list[str]) -> None:
-    from sheetq.stats import percentile, sparkline, timeline
+    from sheetq.stats import sparkline, timeline
     from sheetq.times import format_duration, format_ts
 
     window = format_duration((result.now - result.since).total_seconds())
@@ -99,8 +99,8 @@ def _render(result: Stats, log_sheet: str, types: list[str]) -> None:
         ["retries", result.retry, f"retry rate {_percent(result.retry_rate)}"],
         ["failed", result.failed, f"dead-letter rate {_percent(result.dead_letter_rate)}"],
         ["skipped", result.skipped, ""],
-        ["enqueue to done p50", *_age(percentile(result.to_done, 50))],
-        ["enqueue to done p95", *_age(percentile(result.to_done, 95))],
+        ["enqueue to done p50", *_age(result.to_done.p50)],
+        ["enqueue to done p95", *_age(result.to_done.p95)],
         ["oldest waiting", *_age(result.oldest_waiting)],
     ]
     table(

@@ -28,7 +28,7 @@ from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS, WAITING, Status
 from sheetq.postgres.codec import values_from_record
 from sheetq.postgres.store import LOG_ID, PgStore
 from sheetq.queue import STATUS_COLUMNS, parse_rows
-from sheetq.stats import Stats
+from sheetq.stats import Sample, Stats
 from sheetq.store.base import Row, Store
 from sheetq.tally import QueueTally
 
@@ -321,7 +321,7 @@ def _to_done(
         params | _pairs(pairs),
     ).fetchone()
     assert row is not None
-    stats.to_done = _stand_in(int(row["n"]), row["p50"], row["p95"])
+    stats.to_done = _sample(row)
     if not done_event:
         return
     row = conn.execute(
@@ -336,16 +336,15 @@ def _to_done(
         params | _pairs(done_event),
     ).fetchone()
     assert row is not None
-    stats.handler_ms = _stand_in(int(row["n"]), row["p50"], row["p95"])
+    stats.handler_ms = _sample(row)
 
 
-def _stand_in(n: int, p50: Any, p95: Any) -> list[int]:
-    """``n`` values whose nearest-rank p50 and p95 are ``p50`` and ``p95`` (what ``Stats``
-    reports of its lists: their length and those two percentiles)."""
+def _sample(row: Any) -> Sample:
+    """A ``count, p50, p95`` result row as ``stats``' summary of its measurements."""
+    n = int(row["n"])
     if n == 0:
-        return []
-    low = -(-n // 2)  # ⌈n/2⌉ values at or below p50 (rank ⌈0.5·n⌉)
-    return [int(p50)] * low + [int(p95)] * (n - low) if p95 >= p50 else [int(p50)] * n
+        return Sample(0, None, None)
+    return Sample(n, int(row["p50"]), int(row["p95"]))
 
 
 def _failure_classes(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -29,62 +31,76 @@ def _queue_set(book: Book) -> set[tuple[str, str, str, str]]:
 def test_leads_one_by_one_equals_one_jsonl_batch(
     book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Every lead enqueued one call at a time, or in one --jsonl call, gives the same rows."""
-    lines = [line for line in LEADS.read_text(encoding="utf-8").splitlines() if line.strip()]
-    outcomes: dict[str, int] = {"enqueued": 0, "duplicate": 0, "conflict": 0}
-    for line in lines:
-        r = run_cli(["enqueue", "lead", line, "--json"])
-        assert r.code in (0, 3), r.stderr
-        doc = r.json()
-        outcomes[doc["outcome"]] += 1
-        assert (r.code == 3) == (doc["outcome"] == "conflict")
-    one_by_one = _queue_set(book)
+    """Leads enqueued one call at a time give the same tasks, keys and outcomes as the
+    whole file in one --jsonl call. Local takes every lead one by one; Google and
+    PostgreSQL (a round trip per call) every lead of a repeated key and every fifth other."""
+    from tests.conftest import LocalBook
 
-    monkeypatch.setenv("SHEETQ_SPREADSHEET", f"local:{tmp_path / 'second.db'}")
-    monkeypatch.delenv("SHEETQ_DATABASE_URL", raising=False)  # the queue was in PostgreSQL
+    lines = [line for line in LEADS.read_text(encoding="utf-8").splitlines() if line.strip()]
+    under_test = {k: v for k, v in os.environ.items() if k.startswith("SHEETQ_")}
+    monkeypatch.setenv("SHEETQ_SPREADSHEET", f"local:{tmp_path / 'batch.db'}")
+    monkeypatch.delenv("SHEETQ_DATABASE_URL", raising=False)
     assert run_cli(["init"]).code == 0
     r = run_cli(["enqueue", "lead", "--jsonl", "--file", str(LEADS), "--json"])
     assert r.code == 3  # the data holds conflicting re-submissions
-    doc = r.json()
-    assert {k: doc[k] for k in outcomes} == outcomes
-    assert len(doc["results"]) == len(lines)
-    from tests.conftest import LocalBook
-
-    local_or_pg = not book.spreadsheet or book.spreadsheet.startswith("local:")
-    second = LocalBook(tmp_path / "second.db") if local_or_pg else book
-    if second is not book:
-        assert _queue_set(second) == one_by_one
-    assert outcomes["enqueued"] == len(one_by_one)
-    print("leads.jsonl:", outcomes)
+    batch = r.json()
+    assert len(batch["results"]) == len(lines)
+    per_key = Counter(res["idempotency_key"] for res in batch["results"])
+    assert max(per_key.values()) > 1 and batch["conflict"] > 0 and batch["duplicate"] > 0
+    every = isinstance(book, LocalBook)
+    chosen = [
+        i
+        for i, res in enumerate(batch["results"])
+        if every or per_key[res["idempotency_key"]] > 1 or i % 5 == 0
+    ]
+    for name, value in under_test.items():
+        monkeypatch.setenv(name, value)
+    if "SHEETQ_DATABASE_URL" not in under_test:
+        monkeypatch.delenv("SHEETQ_DATABASE_URL", raising=False)
+    for i in chosen:
+        r = run_cli(["enqueue", "lead", lines[i], "--json"])
+        assert r.code in (0, 3), r.stderr
+        doc = r.json()
+        assert (r.code == 3) == (doc["outcome"] == "conflict")
+        want = batch["results"][i]
+        assert (doc["outcome"], doc["idempotency_key"]) == (
+            want["outcome"],
+            want["idempotency_key"],
+        ), f"line {i + 1}"
+    keys = {batch["results"][i]["idempotency_key"] for i in chosen}
+    from_batch = {row for row in _queue_set(LocalBook(tmp_path / "batch.db")) if row[1] in keys}
+    assert _queue_set(book) == from_batch
+    print(f"leads.jsonl: {len(chosen)} of {len(lines)} one by one;", per_key.most_common(1))
 
 
 @pytest.mark.slow
 @needs_shared
 def test_github_webhooks_round_trip_and_deduplicate(book: Book) -> None:
-    """Each webhook payload reads back as its canonical JSON; enqueueing them again adds nothing."""
+    """Each webhook payload reads back as its canonical JSON; delivered again (the first of
+    each event type as its file, `--file`), it is a duplicate and adds nothing."""
     files = sorted(WEBHOOKS.glob("*.json"))
     assert files
-    expected: dict[str, str] = {}
+    by_event: dict[str, list[Path]] = {}
     for path in files:
-        event = path.name.split("__")[0]
-        r = run_cli(["enqueue", event, "--file", str(path), "--json"])
-        assert r.code in (0,), (path.name, r.stderr)
-        payload = json.loads(path.read_text(encoding="utf-8"))
-        expected[r.json()["task_id"]] = canonical_json(payload)
+        by_event.setdefault(path.name.split("__")[0], []).append(path)
+    expected: dict[str, str] = {}
+    for event, paths in by_event.items():  # the first delivery: one --jsonl batch per event
+        payloads = [json.loads(path.read_text(encoding="utf-8")) for path in paths]
+        lines = "\n".join(json.dumps(p, ensure_ascii=False) for p in payloads)
+        r = run_cli(["enqueue", event, "--jsonl", "--json"], input=lines)
+        assert r.code == 0, (event, r.stderr)
+        for result, payload in zip(r.json()["results"], payloads, strict=True):
+            expected[result["task_id"]] = canonical_json(payload)
     rows = {r["task_id"]: r["payload_json"] for r in book.records()}
+    assert len(rows) == len(expected)
     for task_id, canonical in expected.items():
         assert rows[task_id] == canonical
         assert json.loads(rows[task_id]) == json.loads(canonical)
-    before = len(book.records())
-    by_event: dict[str, list[str]] = {}
-    for path in files:  # the second delivery, in one --jsonl batch per event type
-        line = json.dumps(json.loads(path.read_text(encoding="utf-8")), ensure_ascii=False)
-        by_event.setdefault(path.name.split("__")[0], []).append(line)
-    for event, lines in by_event.items():
-        r = run_cli(["enqueue", event, "--jsonl", "--json"], input="\n".join(lines))
-        assert r.code == 0, r.stderr
-        assert r.json()["duplicate"] == len(lines) and r.json()["enqueued"] == 0
-    assert len(book.records()) == before
+    for event, paths in by_event.items():  # the second delivery, as the file itself
+        r = run_cli(["enqueue", event, "--file", str(paths[0]), "--json"])
+        assert r.code == 0, (paths[0].name, r.stderr)
+        assert r.json()["outcome"] == "duplicate", paths[0].name
+    assert len(book.records()) == len(expected)
 
 
 VALUES = [

@@ -40,14 +40,12 @@ from tests.conftest import GoogleBook, Result, make_google, run_cli, write_confi
 from tests.fakes.sheets_emulator import SheetsEmulator
 from tests.fakes.telegram_fake import FORUM_CHAT_ID, FakeBotAPI
 
-pytestmark = [pytest.mark.google, pytest.mark.slow]
+pytestmark = [pytest.mark.google, pytest.mark.slow, pytest.mark.xdist_group("person_sweep")]
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 QUEUE, LOG, ARCHIVE = "Queue", "QueueLog", "QueueArchive"
 NOTE = "manager: call the supplier about the March invoices"
 ORIGINAL_COLUMNS = QUEUE_COLUMNS[:9]  # the Apps Script layout sheetq adopts (DESIGN.md §2)
-CASES: Counter[str] = Counter()  # command → (boundary, edit) cases run
-MEASURED_N: dict[str, int] = {}
 
 
 # --- the fixture builder ----------------------------------------------------------------------
@@ -938,22 +936,31 @@ def test_person_edit_at_every_boundary(
     try:
         n, baseline = run_case(setup(spec), None, None)
         assert baseline == [], f"{command} without an edit already breaks: {baseline}"
-        MEASURED_N[f"{command} ({echo})"] = n
+        assert n >= 2, f"{command} made {n} request(s): no boundary to edit at"
         failures = []
         for k in range(1, n):
             _, problems = run_case(setup(spec), edit, k)
-            CASES[f"{command} ({echo})"] += 1
             failures += [f"{command} × {edit} × after request {k}/{n}: {p}" for p in problems]
     finally:
         sheets_emulator.echo_writes = True
     assert not failures, f"{len(failures)} broken promises:\n" + "\n".join(failures)
 
 
-def test_sweep_size(capsys: pytest.CaptureFixture[str]) -> None:
-    """The sweep ran (command, boundary, edit) cases for every writing command; prints how many."""
-    if len(CASES) < 2 * len(COMMANDS):
-        pytest.skip("the sweep itself was not run (or not completely) in this session")
-    lines = [f"{c}: N={MEASURED_N[c]} requests, {CASES[c]} cases" for c in sorted(CASES)]
+def test_sweep_size(setup: Callable[[Command], Ctx], capsys: pytest.CaptureFixture[str]) -> None:
+    """Every writing command makes at least two requests, so the sweep edits it at one
+    boundary or more; prints how many (command, boundary, edit) cases the sweep runs."""
+    lines, total = [], 0
+    for command, spec in COMMANDS.items():
+        for echo in ("echo", "no-echo"):
+            spec_setup = setup(spec)
+            spec_setup.emu.echo_writes = echo == "echo"
+            try:
+                n, baseline = run_case(spec_setup, None, None)
+            finally:
+                spec_setup.emu.echo_writes = True
+            assert baseline == [] and n >= 2, (command, echo, n, baseline)
+            cases = (n - 1) * len(EDITS)
+            total += cases
+            lines.append(f"{command} ({echo}): N={n} requests, {cases} cases")
     with capsys.disabled():
-        print("\nperson-edit sweep:", *lines, f"total: {sum(CASES.values())} cases", sep="\n  ")
-    assert all(count >= len(EDITS) for count in CASES.values())
+        print("\nperson-edit sweep:", *lines, f"total: {total} cases", sep="\n  ")
