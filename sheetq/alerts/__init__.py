@@ -86,6 +86,7 @@ def deliver(
         spreadsheet=info.title,
         template=_template(settings, notes),
         secrets=secret_list(tg),
+        sheet_edits=not settings.database_url or bool(settings.spreadsheet),
     )
     delivery = send_message(tg, message.html, message.plain)
     notes.extend(delivery.notes)

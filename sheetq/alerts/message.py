@@ -36,7 +36,18 @@ AUTH = "auth"
 
 _SECTIONS = ("header", "auth", "row", "more", "footer")
 _REQUIRED = ("header", "row")
-_COMMON = ("count", "tasks", "queue", "spreadsheet", "auth_count", "auth_tasks", "auth_types")
+_COMMON = (
+    "count",
+    "tasks",
+    "queue",
+    "spreadsheet",
+    "auth_count",
+    "auth_tasks",
+    "auth_types",
+    "requeue",
+)
+_REQUEUE_IN_SHEET = "type pending into the status cell or run: sheetq requeue --task ID"
+_REQUEUE_BY_CLI = "run: sheetq requeue --task ID"
 _ROW = ("task_id", "type", "error_class", "attempts", "error", "owner", "row", "link")
 _ALLOWED = {
     "header": set(_COMMON),
@@ -192,7 +203,12 @@ def _row_values(
 
 
 def _common(
-    items: Sequence[AlertItem], queue: str, spreadsheet: str, secrets: Sequence[str], as_html: bool
+    items: Sequence[AlertItem],
+    queue: str,
+    spreadsheet: str,
+    secrets: Sequence[str],
+    as_html: bool,
+    sheet_edits: bool,
 ) -> dict[str, str]:
     esc: Callable[[str], str] = html.escape if as_html else (lambda s: s)
     auth = [i for i in items if i.error_class == AUTH]
@@ -205,6 +221,7 @@ def _common(
         "auth_count": str(len(auth)),
         "auth_tasks": _tasks(len(auth)),
         "auth_types": esc(_clean(", ".join(types) or "unknown type", 200, secrets)),
+        "requeue": _REQUEUE_IN_SHEET if sheet_edits else _REQUEUE_BY_CLI,
     }
 
 
@@ -279,8 +296,12 @@ def build_message(
     template: AlertTemplate | None = None,
     secrets: Sequence[str] = (),
     limit: int = MAX_CHARS,
+    sheet_edits: bool = True,
 ) -> AlertMessage:
     """The digest for ``items`` (auth failures first), in HTML and in plain text.
+
+    ``sheet_edits``: a person can requeue by typing into a status cell (a sheet queue, or
+    a PostgreSQL queue with a mirror); else ``$requeue`` names only the CLI.
 
     ``secrets`` are literal strings (the bot token) masked in every value on top of
     ``redact``'s patterns. ``limit`` is in characters (code points) of the raw text.
@@ -290,7 +311,7 @@ def build_message(
     ordered = sorted(items, key=lambda i: i.error_class != AUTH)  # stable: keeps given order
     parts = []
     for as_html, chars in ((True, HTML_ERROR_CHARS), (False, PLAIN_ERROR_CHARS)):
-        common = _common(ordered, queue, spreadsheet, secrets, as_html)
+        common = _common(ordered, queue, spreadsheet, secrets, as_html, sheet_edits)
         rows = [
             _row_values(i, error_chars=chars, secrets=secrets, as_html=as_html) for i in ordered
         ]

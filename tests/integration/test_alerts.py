@@ -114,6 +114,20 @@ def test_three_failures_one_message_then_nothing(
     assert_marked(book, ids)
 
 
+def test_footer_says_how_to_requeue_where_the_queue_is(
+    book: Book, fake: FakeBotAPI, tmp_path: Path
+) -> None:
+    """The footer offers the status cell only where a person has one (a sheet, or a
+    mirror); a PostgreSQL queue without a mirror is told `sheetq requeue`."""
+    configure(tmp_path)
+    enqueue(1)
+    assert process()["alerts_sent"] == 1
+    text = fake.messages[0]["plain_text"]
+    assert "run: sheetq requeue --task ID" in text
+    on_postgres = bool(os.environ.get("SHEETQ_DATABASE_URL"))
+    assert ("status cell" in text) is not on_postgres
+
+
 def test_auth_failures_come_first(book: Book, fake: FakeBotAPI, tmp_path: Path) -> None:
     """Auth failures are listed first and the message says credentials need a person."""
     configure(tmp_path)
