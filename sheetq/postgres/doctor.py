@@ -23,6 +23,9 @@ FIX_CONNECT = (
 STATUS_ORDER = ("pending", "processing", "retry", "done", "failed", "skipped")
 
 
+OLDEST_SERVER = 130000  # PostgreSQL 13, in libpq's PQserverVersion numbering
+
+
 def check_postgres(settings: Settings) -> list[Check]:
     """Connection and server version, schema version, the queue's counts, write access."""
     where = describe(settings.database_url)
@@ -43,6 +46,14 @@ def _checks(conn: psycopg.Connection[Any], settings: Settings, where: str) -> li
     with conn.cursor(row_factory=tuple_row) as cur:
         version = cur.execute("SHOW server_version").fetchone()
     server = str(version[0]).split()[0] if version else "?"
+    if conn.info.server_version < OLDEST_SERVER:
+        return [
+            problem(
+                "database",
+                f"PostgreSQL {server} at {where} is older than 13, which sheetq needs",
+                "upgrade the server (or rent any PostgreSQL 13 or newer)",
+            )
+        ]
     checks = [fine("database", f"PostgreSQL {server} at {where}")]
     with conn.transaction():
         have = schema.installed(conn)

@@ -166,6 +166,20 @@ def test_doctor_reports_the_server_and_never_the_password(
     assert "s3cret-pw" not in r.stdout + r.stderr + status.stdout + status.stderr
 
 
+def test_doctor_refuses_a_server_older_than_sheetq_needs(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server below the oldest supported version is one problem line naming what to do
+    (the check is moved above this server's version, since none older is at hand)."""
+    from sheetq.postgres import doctor
+
+    monkeypatch.setattr(doctor, "OLDEST_SERVER", 10**7)
+    r = run_cli(["doctor"])
+    assert r.code == 1
+    (line,) = [x for x in r.stdout.splitlines() if x.startswith("problem")]
+    assert "older than 13" in line, r.stdout
+
+
 def test_status_counts_a_live_lease_as_running_and_an_expired_one_as_gone(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
