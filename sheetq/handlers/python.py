@@ -1,14 +1,15 @@
 """The ``python`` handler: ``module:function`` called with a ``sheetq.Task``.
 
-The function runs in a worker thread so that a timeout can be enforced;
-Python cannot kill a thread, so a function still running at its timeout is
-abandoned (outcome unknown) and keeps running in the background until the
-process exits. Handlers should honour their own timeouts.
+The function runs in a helper thread so that a timeout can be enforced (one per calling
+thread, reused from task to task); Python cannot kill a thread, so a function still
+running at its timeout is abandoned (outcome unknown) and keeps running in the background
+until it returns or the process exits. Handlers should honour their own timeouts.
 """
 
 from __future__ import annotations
 
 import importlib
+import queue
 import sys
 import threading
 import traceback
@@ -40,6 +41,43 @@ def load(target: str, cwd: Path | None) -> Callable[[Task], Any]:
     return func  # type: ignore[no-any-return]
 
 
+class _Runner:
+    """A daemon thread that runs the calls its caller thread hands it, one at a time, so
+    that a timeout can be enforced without starting a thread per task (about 0.1 ms of
+    CPU each, a tenth of a no-op task's cost on PostgreSQL). A runner whose call outlived
+    its timeout is abandoned to finish in the background; the caller gets a new one."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], None], threading.Lock] | None] = (
+            queue.SimpleQueue()
+        )
+        thread = threading.Thread(target=self._serve, name="sheetq-handler-call", daemon=True)
+        thread.start()
+
+    def _serve(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            work, done = job
+            try:
+                work()
+            finally:
+                done.release()
+
+    def run(self, work: Callable[[], None], timeout: float) -> bool:
+        """Run ``work`` on this runner; ``False`` if it was still running after ``timeout``
+        seconds (the runner is then busy for good: retire it)."""
+        done = threading.Lock()
+        done.acquire()
+        self._jobs.put((work, done))
+        return done.acquire(timeout=max(0.0, timeout))
+
+    def retire(self) -> None:
+        """Let the thread exit once its abandoned call returns."""
+        self._jobs.put(None)
+
+
+_runners = threading.local()  # each calling thread's _Runner
+
+
 def _call(func: Callable[[Task], Any], task: Task, timeout: float) -> tuple[str, Any]:
     box: dict[str, Any] = {}
 
@@ -49,10 +87,12 @@ def _call(func: Callable[[Task], Any], task: Task, timeout: float) -> tuple[str,
         except BaseException as exc:
             box["error"] = exc
 
-    thread = threading.Thread(target=work, name=f"sheetq-{task.task_id}", daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
+    runner: _Runner | None = getattr(_runners, "runner", None)
+    if runner is None:
+        runner = _runners.runner = _Runner()
+    if not runner.run(work, timeout):
+        _runners.runner = None
+        runner.retire()
         return "timeout", None
     if "error" in box:
         return "error", box["error"]

@@ -45,7 +45,9 @@ _CLAIM_SQL = (
     " due AS (SELECT * FROM sheetq_tasks WHERE queue = %(queue)s"
     " AND status IN ('pending', 'retry') AND (next_retry_at IS NULL OR next_retry_at <= %(now)s)"
     " AND type = ANY(%(runnable)s) ORDER BY created_at, task_id LIMIT %(limit)s{lock})"
-    " SELECT * FROM expired UNION ALL SELECT * FROM due"
+    " SELECT f.*, (SELECT k.task_id FROM sheetq_keys AS k WHERE k.queue = f.queue"
+    " AND k.idempotency_key = f.idempotency_key) AS _key_holder"
+    " FROM (SELECT * FROM expired UNION ALL SELECT * FROM due) AS f"
 )
 _LOCK = " FOR UPDATE SKIP LOCKED"
 
@@ -63,7 +65,7 @@ def runnable_types(
     ]
 
 
-def _rows(records: Iterable[dict[str, Any]]) -> list[Row]:
+def _rows(records: Iterable[Mapping[str, Any]]) -> list[Row]:
     return [
         Row(number, values_from_record(record, QUEUE_COLUMNS))
         for number, record in enumerate(records, start=2)
@@ -179,9 +181,43 @@ def _claim_plan(
     settings: Settings,
     rng: random.Random,
 ) -> BatchPlan:
-    """Plan the claimed rows (``sheetq.queue.plan_batch``); nothing written yet."""
-    rows = parse_rows(_rows(found.fetchall()), UTC, "en_US")
+    """Plan the claimed rows (``plan_rows``); nothing written yet."""
+    records = found.fetchall()
     found.close()
+    return plan_rows(
+        records,
+        run_id=run_id,
+        now=now,
+        batch_size=batch_size,
+        types=types,
+        open_circuits=open_circuits,
+        settings=settings,
+        rng=rng,
+        key_holders={
+            str(r["idempotency_key"]): str(r["_key_holder"])
+            for r in records
+            if r.get("_key_holder") is not None
+        },
+    )
+
+
+def plan_rows(
+    records: Sequence[Mapping[str, Any]],
+    *,
+    run_id: str,
+    now: datetime,
+    batch_size: int,
+    types: Sequence[str],
+    open_circuits: Iterable[str],
+    settings: Settings,
+    rng: random.Random,
+    key_holders: Mapping[str, str],
+) -> BatchPlan:
+    """Plan locked task rows (database records) with ``sheetq.queue.plan_batch``.
+    ``key_holders``: key → the task that holds it in ``sheetq_keys``; a row whose key
+    another task holds (a loser that ``sheetq migrate`` brought over) is skipped as a
+    duplicate, never run."""
+    rows = parse_rows(_rows(records), UTC, "en_US")
     return plan_batch(
         rows,
         settings=settings,
@@ -191,6 +227,7 @@ def _claim_plan(
         rng=rng,
         types=types,
         open_circuits=open_circuits,
+        key_holders=key_holders,
     )
 
 
@@ -215,7 +252,7 @@ def settle_and_claim(
     with store.transaction() as conn:
         missing = _missing(_send_updates(store, conn, _single(outcomes), fence=run_id))
         later = ChangeSet()
-        landed = _settle_finish(store, conn, outcomes, missing, run_id, later)
+        landed = finish_settle(store, conn, outcomes, missing, run_id, later)
         plan = None
         if batch_size > 0:
             claimed = _claim_send(
@@ -315,7 +352,7 @@ def settle_in(
     All log rows go in one statement. Returns, per outcome, whether it is written."""
     later = ChangeSet()
     missing = _missing(_send_updates(store, conn, _single(outcomes), fence=run_id))
-    landed = _settle_finish(store, conn, outcomes, missing, run_id, later)
+    landed = finish_settle(store, conn, outcomes, missing, run_id, later)
     if later:
         write_in(store, conn, later)
     return landed
@@ -325,7 +362,7 @@ def _single(outcomes: Sequence[tuple[ChangeSet, bool]]) -> list[UpdateRow]:
     return [changes.updates[0] for changes, _ in outcomes if len(changes.updates) == 1]
 
 
-def _settle_finish(
+def finish_settle(
     store: PgStore,
     conn: psycopg.Connection[Any],
     outcomes: Sequence[tuple[ChangeSet, bool]],

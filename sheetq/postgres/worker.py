@@ -38,7 +38,7 @@ from sheetq.clock import Clock, SystemClock
 from sheetq.config import Settings
 from sheetq.errors import StoreUnavailable
 from sheetq.model import new_run_id
-from sheetq.postgres import queue as pgq
+from sheetq.postgres import hotpath
 from sheetq.postgres.runner import PgTasks
 from sheetq.postgres.store import PgStore
 from sheetq.queue import Claim
@@ -54,6 +54,7 @@ POLL = 1.0  # seconds between claims when nothing wakes the worker (due retries,
 ALERT_EVERY = 10.0  # seconds between owed-alert digests, at most
 BACKOFF_MAX = 30.0  # seconds between reconnect attempts, at most
 MIRROR_JOIN = 60.0  # seconds a stopping worker waits for a mirror pass under way
+LINGER = 0.002  # seconds a turn waits for running handlers to finish too (group commit)
 
 
 class _StoppableClock:
@@ -110,6 +111,7 @@ class PgWorker:
         self.summary: RunSummary = self.tasks.summary
         self.stopped = ""  # why the worker stopped (e.g. "SIGTERM")
         self._wake = threading.Event()
+        self._idle = threading.Event()  # set when no handler is running
         self._lock = threading.Lock()
         self._running = 0
         self._finished: list[_Outcome] = []  # outcomes waiting for the next turn
@@ -155,6 +157,7 @@ class PgWorker:
         try:
             while True:
                 self._wake.clear()
+                self._linger()
                 with self._lock:
                     pending += self._finished
                     self._finished = []
@@ -194,6 +197,17 @@ class PgWorker:
             thread.join(MIRROR_JOIN)
         return self.summary
 
+    def _linger(self) -> None:
+        """Before a turn that settles outcomes while other handlers still run, wait up to
+        ``LINGER`` seconds for those to finish too, so that one commit carries them all
+        (group commit: a turn costs the server about the same for one task as for four)."""
+        with self._lock:
+            linger = bool(self._finished) and self._running > 0
+            if linger:
+                self._idle.clear()
+        if linger and not self.stopping:
+            self._idle.wait(LINGER)
+
     def _turn(self, store: PgStore, pool: ThreadPoolExecutor, pending: list[_Outcome]) -> bool:
         """One transaction: settle ``pending`` (group commit) and claim up to the free
         slots; then hand the claims to handler threads. Returns whether to claim again at
@@ -202,7 +216,7 @@ class PgWorker:
             free = 0 if self.stopping else self.concurrency - self._running
         if free <= 0 and not pending:
             return False
-        landed, plan = pgq.settle_and_claim(
+        landed, plan = hotpath.turn(
             store,
             [(o.changes, o.refuse) for o in pending],
             run_id=self.run_id,
@@ -248,12 +262,16 @@ class PgWorker:
                 if outcome is not None:
                     self._finished.append(outcome)
                 self._running -= 1
+                if self._running == 0:
+                    self._idle.set()
             self._wake.set()
 
     # --- connections -------------------------------------------------------------------------
 
     def _new_store(self) -> PgStore:
-        return PgStore(self.settings)
+        store = PgStore(self.settings)
+        hotpath.hot_session(store.conn)
+        return store
 
     def _reconnect(self, lost: PgStore, exc: Exception) -> PgStore | None:
         """Back off (1 s, 2 s, … ``BACKOFF_MAX``, with jitter) and reconnect until the

@@ -276,6 +276,32 @@ def test_duplicate_keys_keep_both_and_skip_the_later(local: LocalBook, dest: str
     assert _migrate(dest)["duplicates"] == []  # a rerun decides nothing again
 
 
+def test_a_requeued_duplicate_loser_never_runs(local: LocalBook, dest: str) -> None:
+    """A failed task that lost its key keeps `failed` through the move; requeued by hand on
+    PostgreSQL, the claim skips it as a duplicate of the key's holder instead of running it
+    (as the sheet engine would)."""
+    first = _enqueue("bad", {"n": 1}, "--key", "B-1")
+    second = _enqueue("bad", {"n": 2})
+    assert run_cli(["process", "--json"]).json()["failed"] == 2
+    local.set_cell("Queue", 3, "idempotency_key", "bad:B-1")  # a manager's copy-paste
+    doc = _migrate(dest)
+    assert [(d["task_id"], d["winner"], d["was"], d["now"]) for d in doc["duplicates"]] == [
+        (second, first, "failed", "failed")
+    ]
+    requeued = _on_pg(dest, "requeue", "--task", second)
+    assert requeued["requeued"] == 1
+    ran = _on_pg(dest, "process")
+    assert (ran["claimed"], ran["skipped"]) == (0, 1)
+    from tests.conftest import PgBook
+
+    loser = PgBook(dest).row_of(second)
+    assert (loser["status"], loser["error_class"]) == ("skipped", "duplicate")
+    assert first in loser["last_error"]
+    events = [e["event"] for e in _on_pg(dest, "show", second)["log"]]
+    assert events.count("claimed") == 1  # the sheet's run only
+    assert events[-1] == "skipped"
+
+
 def test_warns_which_database_is_written(
     local: LocalBook, dest: str, pg_server: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

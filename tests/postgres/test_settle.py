@@ -10,6 +10,7 @@ import pytest
 
 from sheetq.config import load_settings
 from sheetq.model import Status
+from sheetq.postgres import hotpath
 from sheetq.postgres import queue as pgq
 from sheetq.postgres.store import PgStore
 from sheetq.queue import Claim, complete
@@ -22,11 +23,28 @@ pytestmark = pytest.mark.postgres
 NOW = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 
 
+# the worker's two-statement turn, and the general path it falls back to
+PATHS = {"hot": hotpath.turn, "general": pgq.settle_and_claim}
+
+
+@pytest.fixture(params=sorted(PATHS))
+def path(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def _store(path: str) -> PgStore:
+    store = PgStore(load_settings())
+    if path == "hot":
+        hotpath.hot_session(store.conn)
+    store.path = path  # type: ignore[attr-defined]
+    return store
+
+
 def _turn(
     store: PgStore, outcomes: list[tuple[ChangeSet, bool]], run_id: str, claim: int, now: datetime
 ) -> tuple[list[bool], list[Claim]]:
     settings = store.settings
-    landed, plan = pgq.settle_and_claim(
+    landed, plan = PATHS[store.path](  # type: ignore[attr-defined]
         store,
         outcomes,
         run_id=run_id,
@@ -53,14 +71,16 @@ def _done(claim: Claim, run_id: str, now: datetime) -> ChangeSet:
     )
 
 
-def test_group_settle_fences_each_outcome_and_claims_in_the_same_commit(pg_url: str) -> None:
+def test_group_settle_fences_each_outcome_and_claims_in_the_same_commit(
+    pg_url: str, path: str
+) -> None:
     """Two outcomes and a claim in one turn: the one whose lease another run took is refused
     and logged, the other is written, and the freed slot's claim commits with them; a
     retried turn whose commit had landed counts as written and logs nothing twice."""
     write_config('[types.job]\ncommand = ["true"]\nlease = "1m"\n')
     lines = "".join(f'{{"n": {i}}}\n' for i in range(3))
     assert run_cli(["enqueue", "job", "--jsonl", "-"], input=lines).code == 0
-    store = PgStore(load_settings())
+    store = _store(path)
     try:
         _, claims = _turn(store, [], "run-a", 2, NOW)
         assert len(claims) == 2
@@ -86,3 +106,28 @@ def test_group_settle_fences_each_outcome_and_claims_in_the_same_commit(pg_url: 
     assert late["message"].startswith("late outcome refused") and "run-b" in late["message"]
     assert book.row_of(stolen)["status"] == "processing"
     assert book.row_of(more[0].row.task_id)["lease_owner"] == "run-a"
+
+
+def test_a_claim_skips_a_task_whose_key_another_task_holds(pg_url: str, path: str) -> None:
+    """A row whose idempotency key ``sheetq_keys`` gives to another task (a duplicate loser
+    that `sheetq migrate` brought over) is skipped as a duplicate naming the holder, never
+    claimed; the holder runs."""
+    write_config('[types.job]\ncommand = ["true"]\n')
+    lines = "".join(f'{{"n": {i}}}\n' for i in range(2))
+    assert run_cli(["enqueue", "job", "--jsonl", "-"], input=lines).code == 0
+    book = PgBook(pg_url)
+    holder, loser = (r["task_id"] for r in book.records())
+    store = _store(path)
+    try:
+        store.conn.execute(
+            "UPDATE sheetq_keys SET task_id = %s WHERE task_id = %s", (holder, loser)
+        )
+        store.conn.commit()
+        _, claims = _turn(store, [], "run-a", 2, NOW)
+    finally:
+        store.close()
+    assert [c.row.task_id for c in claims] == [holder]
+    row = book.row_of(loser)
+    assert (row["status"], row["error_class"]) == ("skipped", "duplicate")
+    assert holder in row["last_error"]
+    assert [e["event"] for e in book.log(loser)] == ["enqueued", "skipped"]
