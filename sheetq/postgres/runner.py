@@ -28,6 +28,7 @@ from sheetq.config import Settings
 from sheetq.errors import Interrupted
 from sheetq.execute import Executor
 from sheetq.model import new_run_id
+from sheetq.postgres import hotpath
 from sheetq.postgres import queue as pgq
 from sheetq.queue import BatchPlan, Claim, complete, release
 from sheetq.store.base import ChangeSet, UpdateRow, WorkbookInfo
@@ -106,8 +107,10 @@ class PgTasks:
             )
 
     def claim(self, store: PgStore, batch_size: int, options: RunOptions) -> BatchPlan:
-        plan = pgq.claim(
+        """Claim up to ``batch_size`` tasks in one transaction (``hotpath.turn``)."""
+        _, plan = hotpath.turn(
             store,
+            [],
             run_id=self.run_id,
             now=self.clock.now(),
             batch_size=batch_size,
@@ -116,8 +119,24 @@ class PgTasks:
             settings=self.settings,
             rng=self.rng,
         )
+        assert plan is not None
         self.count_plan(plan)
         return plan
+
+    def settle(self, store: PgStore, claim: Claim, outcome: ChangeSet) -> None:
+        """Commit one finished attempt, fenced by its lease (``hotpath.turn``, no claim)."""
+        landed, _ = hotpath.turn(
+            store,
+            [(outcome, True)],
+            run_id=self.run_id,
+            now=self.clock.now(),
+            batch_size=0,
+            types=(),
+            open_circuits=(),
+            settings=self.settings,
+            rng=self.rng,
+        )
+        self.settled(claim, True, landed[0])
 
     # --- one task --------------------------------------------------------------------
 
@@ -219,7 +238,7 @@ class PgTasks:
                 settings=self.settings,
                 event=executed.event,
             )
-            self.settled(claim, True, pgq.settle(store, outcome, self.run_id))
+            self.settle(store, claim, outcome)
         except (KeyboardInterrupt, Interrupted):
             self._interrupted(store, claim, started, outcome)
             raise
@@ -285,6 +304,7 @@ class PgRunner:
         on_progress: Callable[[str], None] | None = None,
     ) -> None:
         self.store = store
+        hotpath.hot_session(store.conn)
         self.settings = settings
         self.clock = clock
         self.tasks = PgTasks(

@@ -1,11 +1,12 @@
 """``sheetq worker`` (DESIGN.md §11): a long-running process over a PostgreSQL queue.
 
 Up to ``concurrency`` handlers run at once, each in its own thread; handler threads never
-touch the database. The main thread owns one connection and, in ONE transaction per turn,
-settles every outcome that finished since the last turn (each fenced by its lease, with
-its log row: group commit, ``sheetq.postgres.queue.settle_in``) and claims as many tasks
-as there are free handler slots (``claim_in``); then it hands the claims to the freed
-threads. So each claimed task starts at once, a kill leaves only started tasks
+touch the database. The main thread owns one connection and, in ONE transaction per turn
+(``sheetq.postgres.hotpath.turn``: two statements), settles every outcome that finished
+since the last turn (each fenced by its lease, with its log row: group commit; a turn
+waits up to ``LINGER`` for handlers still running, so one commit carries them too) and
+claims as many tasks as there are free handler slots; then it hands the claims to the
+freed threads. So each claimed task starts at once, a kill leaves only started tasks
 outcome-unknown, and a busy worker commits once per turn, not twice per task. It sleeps
 until a handler finishes, a ``NOTIFY sheetq`` for this queue arrives (a separate
 autocommit connection listens; the schema's trigger notifies when a task becomes
