@@ -74,13 +74,14 @@ def worker(
     quiet = quiet or state.quiet
     _check_types(types or (), settings)
     notifier = None
+    alerts_off = ""
     if settings.telegram.enabled:
         from sheetq.alerts import make_notifier
 
         notifier = make_notifier(settings, verbose=state.verbose)
     elif not quiet:
         missing = "TELEGRAM_BOT_TOKEN" if not settings.telegram.token else "TELEGRAM_CHAT_ID"
-        warn(f"alerts are off: {missing} is not set; failed tasks stay owed")
+        alerts_off = f"alerts are off: {missing} is not set; failed tasks stay owed"
     from sheetq.postgres.worker import PgWorker
     from sheetq.summary import summary_line
 
@@ -94,7 +95,8 @@ def worker(
         poll=every,
     )
     with _signals(runner.stop):
-        summary = runner.run()
+        # said once the database answered: a worker that cannot start says one line, why
+        summary = runner.run(on_ready=(lambda: warn(alerts_off)) if alerts_off else None)
     if not quiet or (notifier is not None and summary.alerts_owed):
         for note in summary.notes:
             warn(note)

@@ -1,12 +1,21 @@
-"""Connecting to PostgreSQL with psycopg 3 (DESIGN.md §11 "Connection").
+"""Connecting to PostgreSQL with psycopg 3 (DESIGN.md §11 "Connection"), and turning what
+the server or libpq says into one line with what to do.
 
 The URL is a libpq URL (``postgresql://USER@HOST:PORT/DBNAME``); the password comes from
 the URL, ``PGPASSWORD`` or ``~/.pgpass`` (libpq's own rules). Errors name the host and
 database, never the password.
+
+Exit codes (DESIGN.md §4): a server that cannot be reached, does not answer or refuses the
+login, and a role without privileges on sheetq's tables are runtime failures (exit 1, as a
+Google sheet shared read-only is); a URL libpq cannot parse and a database that does not
+exist are configuration errors (exit 2, as a wrong spreadsheet key is).
 """
 
 from __future__ import annotations
 
+import math
+import os
+import re
 from typing import Any
 from urllib.parse import unquote
 
@@ -14,9 +23,20 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from sheetq.config import DATABASE_URL_SOURCE
-from sheetq.errors import ConfigError, StoreUnavailable
+from sheetq.errors import ConfigError, SheetqError, StoreError, StoreUnavailable
 
-CONNECT_TIMEOUT = 10  # seconds, libpq's connect_timeout
+CONNECT_TIMEOUT = 10  # seconds, libpq's connect_timeout unless the URL or PGCONNECT_TIMEOUT sets it
+MIN_CONNECT_TIMEOUT = 2  # libpq treats anything shorter as 2 s (libpq docs, connect_timeout)
+
+_SERVER_PREFIX = re.compile(
+    r'^(?:connection failed: )?(?:connection to server (?:at "[^"]*"(?:, port \d+)?|'
+    r'on socket "[^"]*") failed: )?(?:FATAL: +|ERROR: +)?'
+)
+_MISSING_DATABASE = re.compile(r'database "(?P<name>[^"]+)" does not exist')
+_LOGIN_REFUSED = re.compile(
+    r"password authentication failed|no password supplied|role \"[^\"]*\" does not exist|"
+    r"no pg_hba\.conf entry|authentication failed|is not permitted to log in"
+)
 
 
 def describe(url: str) -> str:
@@ -33,28 +53,107 @@ def describe(url: str) -> str:
     return f"{user}{host}{port}/{parts.get('dbname') or ''}"
 
 
+def connect_timeout(url: str, limit: float | None = None) -> int:
+    """Seconds libpq may take to connect: the URL's ``connect_timeout``, else
+    ``PGCONNECT_TIMEOUT``, else ``CONNECT_TIMEOUT``; no more than ``limit`` (a command's
+    own time limit, e.g. ``SHEETQ_ENQUEUE_TIMEOUT``) and no less than libpq's 2 s."""
+    said = conninfo_to_dict(url).get("connect_timeout") or os.environ.get("PGCONNECT_TIMEOUT")
+    try:
+        seconds = float(said) if said else float(CONNECT_TIMEOUT)
+    except ValueError:
+        seconds = float(CONNECT_TIMEOUT)
+    if seconds <= 0:  # libpq: zero or negative waits for ever; sheetq never does
+        seconds = float(CONNECT_TIMEOUT)
+    if limit is not None:
+        seconds = min(seconds, limit)
+    return max(MIN_CONNECT_TIMEOUT, math.ceil(seconds))
+
+
 def connect(
-    url: str, *, autocommit: bool = False, source: str = DATABASE_URL_SOURCE
+    url: str,
+    *,
+    autocommit: bool = False,
+    source: str = DATABASE_URL_SOURCE,
+    time_limit: float | None = None,
 ) -> psycopg.Connection[Any]:
-    """A connection to ``url``. Raises ``ConfigError`` (exit 2) for a URL libpq cannot
-    parse (one line, starting with ``source``: where the URL came from), and
-    ``StoreUnavailable`` (exit 1) when the server cannot be reached or refuses."""
+    """A connection to ``url``, given up after ``connect_timeout(url, time_limit)`` seconds.
+
+    Raises ``ConfigError`` (exit 2) for a URL libpq cannot parse (one line, starting with
+    ``source``: where the URL came from) or a database that does not exist, and
+    ``StoreUnavailable`` (exit 1) when the server cannot be reached, does not answer in
+    time or refuses the login."""
     try:
         conninfo_to_dict(url)
     except psycopg.ProgrammingError as exc:
         said = " ".join(_without_secrets(str(exc), url).split()) or type(exc).__name__
         raise ConfigError(f"{source}: not a valid libpq URL: {said}") from None
+    seconds = connect_timeout(url, time_limit)
     try:
         return psycopg.connect(
             url,
             autocommit=autocommit,
-            connect_timeout=CONNECT_TIMEOUT,
+            connect_timeout=seconds,
             application_name="sheetq",
         )
     except psycopg.OperationalError as exc:
-        lines = [line.strip() for line in _without_secrets(str(exc), url).splitlines()]
-        said = " ".join(line for line in lines if line) or type(exc).__name__
-        raise StoreUnavailable(f"PostgreSQL {describe(url)}: cannot connect: {said}") from None
+        raise _connect_error(exc, url, source, seconds) from None
+
+
+def _connect_error(
+    exc: psycopg.OperationalError, url: str, source: str, seconds: int
+) -> SheetqError:
+    where = f"PostgreSQL {describe(url)}"
+    said = _server_words(exc, url)
+    missing = _MISSING_DATABASE.search(said)
+    if missing:
+        name = missing["name"]
+        return ConfigError(
+            f"{where}: database {name!r} does not exist: create it (`createdb {name}` or "
+            f"CREATE DATABASE), or name another in {source}"
+        )
+    if _LOGIN_REFUSED.search(said):
+        return StoreUnavailable(
+            f"{where}: the server refused the login: {said} (check the user and the "
+            f"password: in {source}, PGPASSWORD or ~/.pgpass; and the server's pg_hba.conf)"
+        )
+    if "timeout expired" in said:
+        return StoreUnavailable(
+            f"{where}: cannot connect: no answer within {seconds}s (is the host right, "
+            "the server up and the port open? connect_timeout in the URL sets the wait)"
+        )
+    return StoreUnavailable(f"{where}: cannot connect: {said}")
+
+
+def explain(exc: psycopg.Error, url: str) -> StoreError:
+    """A database error met while using a connection, as one line: a lost connection is
+    ``StoreUnavailable``; a role without the privileges sheetq's tables need says how to
+    grant them; anything else is ``StoreError`` with the server's words (exit 1 each).
+    (A missing schema is ``SchemaError``, raised where the schema is checked.)"""
+    where = f"PostgreSQL {describe(url)}"
+    said = _server_words(exc, url)
+    if isinstance(exc, psycopg.errors.InsufficientPrivilege):
+        user = str(conninfo_to_dict(url).get("user") or "this role")
+        return StoreError(
+            f"{where}: {said}: the role {user!r} may not use sheetq's tables; run sheetq as "
+            f"the role that ran `sheetq init`, or GRANT SELECT, INSERT, UPDATE, DELETE ON ALL "
+            f"TABLES IN SCHEMA public TO {user} (and USAGE ON ALL SEQUENCES)"
+        )
+    if isinstance(exc, psycopg.OperationalError):
+        return StoreUnavailable(f"{where}: {said}")
+    return StoreError(f"{where}: {said}")
+
+
+def _server_words(exc: psycopg.Error, url: str) -> str:
+    """What libpq or the server said, on one line, without the password and without the
+    "connection to server at … failed: FATAL:" preamble that repeats the host."""
+    lines = [line.strip() for line in _without_secrets(str(exc), url).splitlines()]
+    lines = [line for line in lines if line]
+    said = " ".join(
+        line if i == len(lines) - 1 or line[-1] in ".?!:;," else line + "."
+        for i, line in enumerate(lines)
+    )
+    said = said or type(exc).__name__
+    return _SERVER_PREFIX.sub("", said, count=1) or said
 
 
 def _without_secrets(text: str, url: str) -> str:

@@ -13,7 +13,7 @@ from sheetq.config import Settings
 from sheetq.doctor import Check, fine, problem
 from sheetq.errors import SheetqError
 from sheetq.postgres import schema
-from sheetq.postgres.connection import connect, describe
+from sheetq.postgres.connection import connect, describe, explain
 
 FIX_CONNECT = (
     "check SHEETQ_DATABASE_URL / --database-url (postgresql://USER@HOST:PORT/DBNAME): the host "
@@ -35,9 +35,8 @@ def check_postgres(settings: Settings) -> list[Check]:
         return [problem("database", exc.message, FIX_CONNECT)]
     try:
         return _checks(conn, settings, where)
-    except psycopg.Error as exc:
-        first = str(exc).strip().splitlines()
-        return [problem("database", f"PostgreSQL {where}: {first[0] if first else exc}")]
+    except psycopg.Error as exc:  # no privilege on sheetq's tables, a lost connection…
+        return [problem("database", explain(exc, settings.database_url).message)]
     finally:
         conn.close()
 

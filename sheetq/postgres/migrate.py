@@ -29,12 +29,12 @@ import psycopg
 from psycopg import sql
 
 from sheetq.config import Settings
-from sheetq.errors import SchemaError, StoreError, StoreUnavailable
+from sheetq.errors import SchemaError
 from sheetq.migrate import KeyPlan, Source, settle_keys
 from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS
 from sheetq.postgres import schema
 from sheetq.postgres.codec import to_db
-from sheetq.postgres.connection import connect, describe
+from sheetq.postgres.connection import connect, explain
 
 _IDENTITY = ("task_id", "ts", "event", "run_id", "message")
 
@@ -102,14 +102,12 @@ def write(url: str, settings: Settings, source: Source, *, now: datetime, run_id
             out.keys.duplicates = [d for d in out.keys.duplicates if d.task_id in copied]
             losers = [out.keys.logs[t] for t in sorted(copied) if t in out.keys.logs]
             _append_log(conn, queue, losers)
-    except psycopg.OperationalError as exc:
-        raise StoreUnavailable(f"PostgreSQL {describe(url)}: {exc}") from None
     except psycopg.errors.UndefinedTable:
         raise SchemaError(
             "the PostgreSQL database has no sheetq schema: run `sheetq init`"
         ) from None
     except psycopg.Error as exc:
-        raise StoreError(f"PostgreSQL {describe(url)}: {exc}") from None
+        raise explain(exc, url) from None
     finally:
         conn.close()
     return out

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from time import monotonic
 from typing import Any
 
 import psycopg
@@ -28,7 +29,7 @@ from sheetq.errors import LeaseConflict, SchemaError, StoreError, StoreUnavailab
 from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS
 from sheetq.postgres import schema
 from sheetq.postgres.codec import INT_COLUMNS, TIME_COLUMNS, to_db, values_from_record
-from sheetq.postgres.connection import connect, describe
+from sheetq.postgres.connection import connect, describe, explain
 from sheetq.store.base import (
     ApplyResult,
     BlockMoved,
@@ -99,12 +100,27 @@ class PgStore:
 
     has_positions = False  # rows have no sheet position: reports print ``row: null``
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(
+        self, settings: Settings, *, time_limit: float | None = None, time_limit_name: str = ""
+    ) -> None:
+        """``time_limit`` (seconds from now; ``enqueue``'s ``SHEETQ_ENQUEUE_TIMEOUT``, named
+        ``time_limit_name`` in errors) bounds the connect and, as ``statement_timeout``, every
+        statement after it, so a queue locked by another transaction makes the command give
+        up (``StoreUnavailable``, exit 1, the transaction rolled back) instead of waiting."""
         self.settings = settings
         self.url = settings.database_url
         self.queue = settings.queue_sheet
-        self.conn = connect(self.url)
+        began = monotonic()
+        self.conn = connect(self.url, time_limit=time_limit)
         self.conn.row_factory = dict_row
+        self._limit: tuple[float, str] | None = None
+        if time_limit is not None:
+            left = max(0.1, time_limit - (monotonic() - began))
+            self._limit = (time_limit, time_limit_name or "its time limit")
+            self.conn.execute(
+                "SELECT set_config('statement_timeout', %s, false)", (f"{int(left * 1000)}ms",)
+            )
+            self.conn.commit()
         self._requests = 0
         self._tables = {
             settings.queue_sheet: _TASKS,
@@ -123,14 +139,20 @@ class PgStore:
         try:
             with self.conn.transaction():
                 yield self.conn
-        except psycopg.OperationalError as exc:
-            raise StoreUnavailable(f"PostgreSQL {describe(self.url)}: {exc}") from None
+        except psycopg.errors.QueryCanceled as exc:
+            if self._limit is None:
+                raise explain(exc, self.url) from None
+            seconds, name = self._limit
+            raise StoreUnavailable(
+                f"PostgreSQL {describe(self.url)} did not finish within {name} "
+                f"({seconds:g}s): another transaction may hold the queue; nothing was written"
+            ) from None
         except psycopg.errors.UndefinedTable:
             raise SchemaError(
                 "the PostgreSQL database has no sheetq schema: run `sheetq init`"
             ) from None
         except psycopg.Error as exc:
-            raise StoreError(f"PostgreSQL {describe(self.url)}: {exc}") from None
+            raise explain(exc, self.url) from None
 
     def table(self, worksheet: str) -> _Table:
         try:
@@ -391,7 +413,7 @@ class PgStore:
         try:
             lines = schema.upgrade(self.conn)
         except psycopg.Error as exc:
-            raise StoreError(f"PostgreSQL {describe(self.url)}: {exc}") from None
+            raise explain(exc, self.url) from None
         return {"PostgreSQL": lines} if lines else {}
 
     def upgrade_schema(self) -> tuple[list[tuple[int, str]], int]:
@@ -403,7 +425,7 @@ class PgStore:
                 before = schema.installed(self.conn)
             schema.upgrade(self.conn)
         except psycopg.Error as exc:
-            raise StoreError(f"PostgreSQL {self.where}: {exc}") from None
+            raise explain(exc, self.url) from None
         applied = [(number, name) for number, name, _ in schema.MIGRATIONS if number > before]
         return applied, schema.VERSION
 

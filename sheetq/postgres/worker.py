@@ -137,7 +137,11 @@ class PgWorker:
         """Run until ``stop()``; returns the summary. ``on_ready`` is called once listening."""
         started = self.clock.monotonic()
         store = self._new_store()
-        info = store.open()
+        try:
+            info = store.open()  # the schema check: an older schema or no privilege stops here
+        except BaseException:
+            store.close()
+            raise
         threads = [threading.Thread(target=self._listen, name="sheetq-listen", daemon=True)]
         if self.settings.spreadsheet:
             threads.append(threading.Thread(target=self._mirror, name="sheetq-mirror", daemon=True))
@@ -271,7 +275,11 @@ class PgWorker:
 
     def _new_store(self) -> PgStore:
         store = PgStore(self.settings)
-        hotpath.hot_session(store.conn)
+        try:
+            hotpath.hot_session(store.conn)
+        except BaseException:
+            store.close()
+            raise
         return store
 
     def _reconnect(self, lost: PgStore, exc: Exception) -> PgStore | None:

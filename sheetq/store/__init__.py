@@ -33,12 +33,12 @@ def open_store(
     """The store named by ``settings.spreadsheet``. ``create`` lets a local workbook be made.
 
     ``time_limit`` (seconds, ``enqueue``'s ``SHEETQ_ENQUEUE_TIMEOUT``, named in errors by
-    ``time_limit_name``) bounds Google's requests and retries from now on, and how long the
-    local backend waits for another writer's lock."""
+    ``time_limit_name``) bounds Google's requests and retries from now on, how long the
+    local backend waits for another writer's lock, and PostgreSQL's connect and statements."""
     if settings.database_url:  # the queue lives in PostgreSQL (DESIGN.md §11)
         from sheetq.postgres.store import PgStore
 
-        return PgStore(settings)
+        return PgStore(settings, time_limit=time_limit, time_limit_name=time_limit_name)
     target = settings.spreadsheet
     if is_local(target):
         from sheetq.store.sqlite import SqliteStore
