@@ -196,6 +196,20 @@ class Bench:
         return deferred, ran
 
 
+def _host_speed() -> Measure:
+    """How fast this machine runs plain Python (best of 3 loops of 5,000,000 additions), so
+    that tables from two machines can be compared: everything here is CPU-bound Python
+    on one side of each round trip."""
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        total = 0
+        for i in range(5_000_000):
+            total += i
+        best = min(best, time.perf_counter() - started)
+    return Measure("0 host", "Python loop, 5,000,000 additions", best, "s")
+
+
 def _scalar(conn: Any, query: str) -> float:
     row = conn.execute(query).fetchone()
     return float(row[0]) if row and row[0] is not None else 0.0
@@ -225,6 +239,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
     parser.add_argument("--tasks", type=int, default=100_000, help="Tasks per section.")
     parser.add_argument("--concurrency", type=int, default=4, help="Handlers per worker.")
+    parser.add_argument(
+        "--wide-concurrency",
+        type=int,
+        default=32,
+        help="A second one-worker section (and procrastinate) at this concurrency; 0: none.",
+    )
     parser.add_argument("--samples", type=int, default=20, help="Enqueue-to-start samples.")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--markdown", action="store_true")
@@ -235,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"[{time.perf_counter() - began:6.1f}s] {text}\n")
         sys.stderr.flush()
 
-    rows: list[Measure] = []
+    rows: list[Measure] = [_host_speed()]
     n = args.tasks
     with tempfile.TemporaryDirectory(prefix="sheetq-pg-bench-") as tmp:
         bench = Bench(Path(tmp), progress)
@@ -251,6 +271,16 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(
                 Measure("2 worker", f"1 × --concurrency {args.concurrency}", n / seconds, "tasks/s")
             )
+
+            wide = args.wide_concurrency
+            if wide and wide != args.concurrency:
+                url = bench.server.new_database()
+                bench.enqueue_jsonl(url, "bench", n)
+                progress(f"one worker, --concurrency {wide}, {n:,} no-op tasks")
+                seconds = bench.workers(url, n, processes=1, concurrency=wide)
+                rows.append(
+                    Measure("2 worker", f"1 × --concurrency {wide}", n / seconds, "tasks/s")
+                )
 
             url = bench.server.new_database()
             record = Path(tmp) / "four"
@@ -283,20 +313,26 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 rows.append(Measure("4 latency", "enqueue → start, max", max(waits), "s"))
 
-            url = bench.server.new_database()
-            progress(f"procrastinate: {n:,} no-op jobs, concurrency {args.concurrency}")
-            found = bench.procrastinate(url, n, args.concurrency)
-            if found is not None:
+            for concurrency in dict.fromkeys(c for c in (args.concurrency, wide) if c):
+                url = bench.server.new_database()
+                progress(f"procrastinate: {n:,} no-op jobs, concurrency {concurrency}")
+                found = bench.procrastinate(url, n, concurrency)
+                if found is None:
+                    break
                 deferred, ran_s = found
-                rows.append(
-                    Measure(
-                        "5 procrastinate", f"defer {n:,} (batches of 1,000)", n / deferred, "jobs/s"
+                if concurrency == args.concurrency:
+                    rows.append(
+                        Measure(
+                            "5 procrastinate",
+                            f"defer {n:,} (batches of 1,000)",
+                            n / deferred,
+                            "jobs/s",
+                        )
                     )
-                )
                 rows.append(
                     Measure(
                         "5 procrastinate",
-                        f"1 worker × concurrency {args.concurrency}",
+                        f"1 worker × concurrency {concurrency}",
                         n / ran_s,
                         "jobs/s",
                     )
