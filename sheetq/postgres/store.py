@@ -104,23 +104,19 @@ class PgStore:
         self, settings: Settings, *, time_limit: float | None = None, time_limit_name: str = ""
     ) -> None:
         """``time_limit`` (seconds from now; ``enqueue``'s ``SHEETQ_ENQUEUE_TIMEOUT``, named
-        ``time_limit_name`` in errors) bounds the connect and, as ``statement_timeout``, every
-        statement after it, so a queue locked by another transaction makes the command give
+        ``time_limit_name`` in errors) bounds the connect and, as each transaction's own
+        ``statement_timeout`` (``SET LOCAL``: nothing stays on a pooled server connection),
+        what is left of it, so a queue locked by another transaction makes the command give
         up (``StoreUnavailable``, exit 1, the transaction rolled back) instead of waiting."""
         self.settings = settings
         self.url = settings.database_url
         self.queue = settings.queue_sheet
-        began = monotonic()
+        self._limit: tuple[float, str, float] | None = None
+        if time_limit is not None:
+            name = time_limit_name or "its time limit"
+            self._limit = (time_limit, name, monotonic() + time_limit)
         self.conn = connect(self.url, time_limit=time_limit)
         self.conn.row_factory = dict_row
-        self._limit: tuple[float, str] | None = None
-        if time_limit is not None:
-            left = max(0.1, time_limit - (monotonic() - began))
-            self._limit = (time_limit, time_limit_name or "its time limit")
-            self.conn.execute(
-                "SELECT set_config('statement_timeout', %s, false)", (f"{int(left * 1000)}ms",)
-            )
-            self.conn.commit()
         self._requests = 0
         self._tables = {
             settings.queue_sheet: _TASKS,
@@ -138,21 +134,37 @@ class PgStore:
         self._requests += 1
         try:
             with self.conn.transaction():
+                if self._limit is not None:
+                    self._bound_transaction()
                 yield self.conn
         except psycopg.errors.QueryCanceled as exc:
             if self._limit is None:
                 raise explain(exc, self.url) from None
-            seconds, name = self._limit
-            raise StoreUnavailable(
-                f"PostgreSQL {describe(self.url)} did not finish within {name} "
-                f"({seconds:g}s): another transaction may hold the queue; nothing was written"
-            ) from None
+            raise self._out_of_time() from None
         except psycopg.errors.UndefinedTable:
             raise SchemaError(
                 "the PostgreSQL database has no sheetq schema: run `sheetq init`"
             ) from None
         except psycopg.Error as exc:
             raise explain(exc, self.url) from None
+
+    def _bound_transaction(self) -> None:
+        """``statement_timeout`` of this transaction: what is left of the time limit."""
+        assert self._limit is not None
+        left = self._limit[2] - monotonic()
+        if left <= 0:
+            raise self._out_of_time()
+        self.conn.execute(
+            "SELECT set_config('statement_timeout', %s, true)", (f"{max(1, int(left * 1000))}ms",)
+        )
+
+    def _out_of_time(self) -> StoreUnavailable:
+        assert self._limit is not None
+        seconds, name, _ = self._limit
+        return StoreUnavailable(
+            f"PostgreSQL {describe(self.url)} did not finish within {name} ({seconds:g}s): "
+            "another transaction may hold the queue; nothing was written"
+        )
 
     def table(self, worksheet: str) -> _Table:
         try:

@@ -191,11 +191,12 @@ def test_sql_reports_equal_the_python_path(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", range(3, 30))
+@pytest.mark.parametrize("seed", range(3, 16))
 def test_sql_reports_equal_the_python_path_sweep(
     seed: int, pg_server: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The same comparison over 27 more random queues (30 in all)."""
+    """The same comparison over 13 more random queues (16 in all; each ~7 s of CPU: the
+    suite's time on 2 cores decides the count)."""
     assert _sweep(seed, pg_server, monkeypatch) >= len(REPORTS)
 
 

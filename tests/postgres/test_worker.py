@@ -4,12 +4,10 @@ and a kill -9 that leaves only started tasks outcome-unknown."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -33,35 +31,17 @@ def run(task):
 
 
 @pytest.fixture
-def starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def starts(handler_module: Callable[[str, str], Path]) -> Path:
     """The file the handler appends "task_id start_time" to; handlers in `wh.py`."""
-    path = tmp_path / "starts.txt"
-    monkeypatch.setenv("STARTS", str(path))
-    Path("wh.py").write_text(HANDLER, encoding="utf-8")
-    return path
+    return handler_module("wh", HANDLER)
 
 
 @pytest.fixture
-def spawn() -> Iterator[Callable[..., subprocess.Popen[str]]]:
-    """Start `sheetq worker ARGS` in a subprocess; killed at teardown if still running."""
-    procs: list[subprocess.Popen[str]] = []
-
-    def start(*args: str) -> subprocess.Popen[str]:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "sheetq", "-v", "worker", *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=dict(os.environ),
-        )
-        procs.append(proc)
-        return proc
-
-    yield start
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+def spawn(
+    sheetq_proc: Callable[..., subprocess.Popen[str]],
+) -> Callable[..., subprocess.Popen[str]]:
+    """Start `sheetq -v worker ARGS` (stderr piped: `_ready` reads it)."""
+    return lambda *args: sheetq_proc("-v", "worker", *args)
 
 
 def _ready(proc: subprocess.Popen[str]) -> None:

@@ -6,14 +6,12 @@ while no other task runs twice."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -40,37 +38,8 @@ def run(task):
 
 
 @pytest.fixture
-def starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "starts.txt"
-    monkeypatch.setenv("STARTS", str(path))
-    Path("wt.py").write_text(HANDLER, encoding="utf-8")
-    return path
-
-
-@pytest.fixture
-def spawn(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[str]]]:
-    """Start `sheetq ARGS` in a subprocess, stderr to a file (a busy -v worker would fill a
-    pipe); killed at teardown if still running."""
-    procs: list[subprocess.Popen[str]] = []
-
-    def start(*args: str) -> subprocess.Popen[str]:
-        err = (tmp_path / f"err-{len(procs)}.txt").open("w")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "sheetq", *args],
-            stdout=subprocess.PIPE,
-            stderr=err,
-            text=True,
-            env=dict(os.environ),
-        )
-        err.close()
-        procs.append(proc)
-        return proc
-
-    yield start
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+def starts(handler_module: Callable[[str, str], Path]) -> Path:
+    return handler_module("wt", HANDLER)
 
 
 def _starts(path: Path) -> list[tuple[str, int]]:
@@ -112,15 +81,18 @@ def _events(url: str) -> dict[str, Counter[str]]:
 
 
 def test_three_workers_and_a_cron_run_run_every_task_exactly_once(
-    pg_url: str, starts: Path, spawn: Callable[..., subprocess.Popen[str]]
+    pg_url: str, starts: Path, sheetq_proc: Callable[..., subprocess.Popen[str]]
 ) -> None:
     """3 workers (-c 2) and a `process --until-empty` started together over 1,500 tasks:
     every task id is run exactly once, all are done, each has one claimed and one done log
     row, and every process took part."""
     write_config('[types.job]\npython = "wt:run"\n')
     ids = _enqueue([{"n": i, "sleep": 0.01} for i in range(1500)], "job")
-    workers = [spawn("worker", "--concurrency", "2", "--poll", "0.2s") for _ in range(3)]
-    cron = spawn("process", "--until-empty", "--batch-size", "20", "--json")
+    workers = [
+        sheetq_proc("worker", "--concurrency", "2", "--poll", "0.2s", log=f"err-{i}.txt")
+        for i in range(3)
+    ]
+    cron = sheetq_proc("process", "--until-empty", "--batch-size", "20", "--json", log="err-3.txt")
     _wait_for(lambda: _statuses(pg_url) == Counter({"done": 1500}), seconds=240)
     cron_doc = json.loads(cron.communicate(timeout=60)[0])
     for proc in workers:
@@ -141,7 +113,7 @@ def test_three_workers_and_a_cron_run_run_every_task_exactly_once(
 
 
 def test_sigkill_of_one_of_three_workers_recovers_only_its_running_tasks(
-    pg_url: str, tmp_path: Path, starts: Path, spawn: Callable[..., subprocess.Popen[str]]
+    pg_url: str, tmp_path: Path, starts: Path, sheetq_proc: Callable[..., subprocess.Popen[str]]
 ) -> None:
     """SIGKILL one of three busy workers: the tasks it was running stay `processing` under
     its lease; when the lease ends, the two others recover each once, per `on_unknown` (an
@@ -156,7 +128,10 @@ def test_sigkill_of_one_of_three_workers_recovers_only_its_running_tasks(
     for chunk in range(0, 600, 10):  # both types, interleaved ten by ten, oldest first
         kind = "safe" if chunk % 20 else "risky"
         ids += _enqueue([{"n": chunk + i, "sleep": 0.03} for i in range(10)], kind)
-    workers = [spawn("-v", "worker", "--concurrency", "2", "--poll", "0.2s") for _ in range(3)]
+    workers = [
+        sheetq_proc("-v", "worker", "--concurrency", "2", "--poll", "0.2s", log=f"err-{i}.txt")
+        for i in range(3)
+    ]
     victim = workers[0]
     _wait_for(lambda: "handler(s) on queue" in (tmp_path / "err-0.txt").read_text())
     ready = re.search(r"worker (\S+): up to", (tmp_path / "err-0.txt").read_text())
