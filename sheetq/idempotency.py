@@ -128,9 +128,10 @@ def check_size(canonical: str, *, where: str = "payload") -> None:
     size = cell_length(canonical)
     if size > MAX_CELL_CHARS:
         raise InputError(
-            f"{where}: {size:,} characters as compact JSON; a spreadsheet cell holds "
-            f"at most {MAX_CELL_CHARS:,} (Google Sheets limit). Store large data elsewhere and "
-            "enqueue a reference to it."
+            f"{where}: {size:,} characters as compact JSON; a payload holds at most "
+            f"{MAX_CELL_CHARS:,} (a Google Sheets cell's limit, kept on every backend so that "
+            "any queue can be mirrored to or moved from a sheet). Store large data elsewhere "
+            "and enqueue a reference to it."
         )
 
 

@@ -21,7 +21,8 @@ def worker(
             "-c",
             min=1,
             max=256,
-            help="Handlers run at once (threads; each with its own database connection).",
+            help="Handlers run at once (threads; the worker holds two database connections "
+            "whatever N is: one writes, one listens).",
         ),
     ] = 1,
     types: Annotated[

@@ -17,8 +17,10 @@ from sheetq.errors import ConfigError
 from sheetq.model import ErrorClass, Task
 from sheetq.retry import Outcome
 
-# sheetq's own secrets never reach a handler's environment.
-PRIVATE_ENV = ("TELEGRAM_BOT_TOKEN",)
+# sheetq's own secrets never reach a handler's environment (DESIGN.md §7: handlers see no
+# secret they were not given): the bot token, and the queue's database URL and password
+# (a handler that needs a database is given its own URL in sheetq.toml or the environment).
+PRIVATE_ENV = ("TELEGRAM_BOT_TOKEN", "SHEETQ_DATABASE_URL", "PGPASSWORD")
 
 
 @dataclass(frozen=True)

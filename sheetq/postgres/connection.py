@@ -29,9 +29,10 @@ CONNECT_TIMEOUT = 10  # seconds, libpq's connect_timeout unless the URL or PGCON
 MIN_CONNECT_TIMEOUT = 2  # libpq treats anything shorter as 2 s (libpq docs, connect_timeout)
 
 _SERVER_PREFIX = re.compile(
-    r'^(?:connection failed: )?(?:connection to server (?:at "[^"]*"(?:, port \d+)?|'
+    r'^(?:connection (?:failed|is bad): )?(?:connection to server (?:at "[^"]*"(?:, port \d+)?|'
     r'on socket "[^"]*") failed: )?(?:FATAL: +|ERROR: +)?'
 )
+_BAD_OPTION = re.compile(r"^(?:connection is bad: )?(?P<what>invalid [^:]*(?:value|number)\b.*)")
 _MISSING_DATABASE = re.compile(r'database "(?P<name>[^"]+)" does not exist')
 _LOGIN_REFUSED = re.compile(
     r"password authentication failed|no password supplied|role \"[^\"]*\" does not exist|"
@@ -45,7 +46,7 @@ def describe(url: str) -> str:
         parts = conninfo_to_dict(url)
     except psycopg.ProgrammingError:
         return "(unparseable URL)"
-    host = str(parts.get("host") or "localhost")
+    host = str(parts.get("host") or os.environ.get("PGHOST") or "(libpq's default socket)")
     if host.startswith("/"):
         host = f"socket {host}"
     port = f":{parts['port']}" if parts.get("port") else ""
@@ -104,6 +105,9 @@ def _connect_error(
 ) -> SheetqError:
     where = f"PostgreSQL {describe(url)}"
     said = _server_words(exc, url)
+    bad = _BAD_OPTION.match(said)
+    if bad:  # libpq refused a value in the URL before connecting: e.g. sslmode=bogus
+        return ConfigError(f"{source}: not a valid libpq URL: {bad['what']}")
     missing = _MISSING_DATABASE.search(said)
     if missing:
         name = missing["name"]
@@ -133,6 +137,12 @@ def explain(exc: psycopg.Error, url: str) -> StoreError:
     said = _server_words(exc, url)
     if isinstance(exc, psycopg.errors.InsufficientPrivilege):
         user = str(conninfo_to_dict(url).get("user") or "this role")
+        if "for schema" in said:  # `init`/`migrate` creating tables
+            return StoreError(
+                f"{where}: {said}: the role {user!r} may not create sheetq's tables; run "
+                f"`sheetq init` as the database's owner, or GRANT CREATE ON SCHEMA public "
+                f"TO {user}"
+            )
         return StoreError(
             f"{where}: {said}: the role {user!r} may not use sheetq's tables; run sheetq as "
             f"the role that ran `sheetq init`, or GRANT SELECT, INSERT, UPDATE, DELETE ON ALL "
@@ -146,7 +156,9 @@ def explain(exc: psycopg.Error, url: str) -> StoreError:
 def _server_words(exc: psycopg.Error, url: str) -> str:
     """What libpq or the server said, on one line, without the password and without the
     "connection to server at … failed: FATAL:" preamble that repeats the host."""
-    lines = [line.strip() for line in _without_secrets(str(exc), url).splitlines()]
+    primary = getattr(getattr(exc, "diag", None), "message_primary", None)
+    text = primary or str(exc)  # the server's own words, without "LINE 1: <the SQL>"
+    lines = [line.strip() for line in _without_secrets(text, url).splitlines()]
     lines = [line for line in lines if line]
     said = " ".join(
         line if i == len(lines) - 1 or line[-1] in ".?!:;," else line + "."

@@ -105,9 +105,10 @@ class PgStore:
     ) -> None:
         """``time_limit`` (seconds from now; ``enqueue``'s ``SHEETQ_ENQUEUE_TIMEOUT``, named
         ``time_limit_name`` in errors) bounds the connect and, as each transaction's own
-        ``statement_timeout`` (``SET LOCAL``: nothing stays on a pooled server connection),
-        what is left of it, so a queue locked by another transaction makes the command give
-        up (``StoreUnavailable``, exit 1, the transaction rolled back) instead of waiting."""
+        ``lock_timeout`` (``SET LOCAL``: nothing stays on a pooled server connection), the
+        wait for the queue's lock: a queue held by another transaction makes the command give
+        up (``StoreUnavailable``, exit 1, the transaction rolled back) instead of waiting. The
+        work itself is not cut off: a ``--jsonl`` batch of 200,000 lines takes what it takes."""
         self.settings = settings
         self.url = settings.database_url
         self.queue = settings.queue_sheet
@@ -137,7 +138,7 @@ class PgStore:
                 if self._limit is not None:
                     self._bound_transaction()
                 yield self.conn
-        except psycopg.errors.QueryCanceled as exc:
+        except psycopg.errors.LockNotAvailable as exc:
             if self._limit is None:
                 raise explain(exc, self.url) from None
             raise self._out_of_time() from None
@@ -149,21 +150,22 @@ class PgStore:
             raise explain(exc, self.url) from None
 
     def _bound_transaction(self) -> None:
-        """``statement_timeout`` of this transaction: what is left of the time limit."""
+        """``lock_timeout`` of this transaction: what is left of the time limit."""
         assert self._limit is not None
         left = self._limit[2] - monotonic()
         if left <= 0:
             raise self._out_of_time()
         self.conn.execute(
-            "SELECT set_config('statement_timeout', %s, true)", (f"{max(1, int(left * 1000))}ms",)
+            "SELECT set_config('lock_timeout', %s, true)", (f"{max(1, int(left * 1000))}ms",)
         )
 
     def _out_of_time(self) -> StoreUnavailable:
         assert self._limit is not None
         seconds, name, _ = self._limit
         return StoreUnavailable(
-            f"PostgreSQL {describe(self.url)} did not finish within {name} ({seconds:g}s): "
-            "another transaction may hold the queue; nothing was written"
+            f"PostgreSQL {describe(self.url)}: gave up after {name} ({seconds:g}s) waiting "
+            "for the queue's lock, held by another transaction (a `sheetq migrate` under way, "
+            "or a session left open); nothing was written"
         )
 
     def table(self, worksheet: str) -> _Table:

@@ -323,7 +323,10 @@ class PgWorker:
                             self._wake.set()
             except Exception as exc:  # polling goes on without it
                 if not self.stopping:
-                    log.warning(
+                    # a first failure is the same lost server the main loop reports in its
+                    # one warning line: said at -v; failing again is worth a warning
+                    say = log.info if delay <= 1.0 else log.warning
+                    say(
                         "LISTEN sheetq stopped (%s); polling every %gs, listening again in "
                         "about %gs",
                         _first_line(exc),

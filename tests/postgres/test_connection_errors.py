@@ -198,6 +198,23 @@ def test_every_failure_of_every_command_is_one_line_and_the_documented_code(
     assert run_cli(["init"]).code == 0 and run_cli(["status"]).code == 0
 
 
+def test_init_as_a_role_that_may_not_create_tables_says_which_grant(
+    pg_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`init` on an empty database as a role without CREATE on schema public: exit 1, one
+    line naming the GRANT that fixes it (not the table privileges), no SQL text."""
+    empty = pg_server.new_database(migrated=False)
+    name = f"sq_nocreate_{os.getpid()}"
+    with psycopg.connect(empty, autocommit=True) as admin:
+        _role(admin, name, password=None)
+        admin.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+    monkeypatch.setenv("SHEETQ_DATABASE_URL", _url(empty, user=name))
+    r = run_cli(["init"])
+    assert r.code == 1
+    (line,) = r.stderr.splitlines()
+    assert f"GRANT CREATE ON SCHEMA public TO {name}" in line and "LINE 1" not in line, line
+
+
 def test_enqueue_gives_up_after_its_time_limit_when_the_queue_is_locked(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -50,8 +50,16 @@ def test_migrate_to_a_url_that_is_not_postgresql_names_to(tmp_path: Path) -> Non
         "postgresql://bob:pw%zzsecret@db/x",
         "postgresql://bob:secret@[::1/x",
         "postgresql://bob:secret@db/x?nosuchparam=1",
+        "postgresql://bob:secret@127.0.0.1/x?sslmode=bogus",
+        "postgresql://bob:secret@127.0.0.1:99999/x",
     ],
-    ids=["bad percent-escape", "open IPv6 bracket", "unknown parameter"],
+    ids=[
+        "bad percent-escape",
+        "open IPv6 bracket",
+        "unknown parameter",
+        "bad sslmode",
+        "port out of range",
+    ],
 )
 def test_an_unparseable_url_is_one_clean_line_without_the_password(url: str) -> None:
     """libpq's parse error: exit 2, one line, no stray newline or `)`, the password masked."""
@@ -79,3 +87,27 @@ def test_messages_name_the_database_not_a_sheet(
     assert "sheetq_log since" in run_cli(["stats"]).stdout
     skip = run_cli(["skip", "--task", "t_nothing"])
     assert "no such task in queue 'Queue'" in skip.stderr
+
+
+def test_a_command_handler_never_sees_the_database_password(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The queue's SHEETQ_DATABASE_URL and PGPASSWORD (like the bot token) are not in a
+    command handler's environment, so no handler can print them into `result`; the
+    handler still gets its own variables."""
+    monkeypatch.setenv("PGPASSWORD", "pg-secret-77")
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "123456:abcdefghijklmnopqrstuvwxyz0123456789")
+    monkeypatch.setenv("CRM_TOKEN", "for-the-handler")
+    dump = handler_script(
+        tmp_path,
+        "envdump",
+        "import os\nprint(sorted(k for k in os.environ if k.startswith(('SHEETQ_', 'PG', "
+        "'TELEGRAM_', 'CRM_'))))\n",
+    )
+    write_config(f"[types.job]\ncommand = {dump}\n")
+    task = run_cli(["enqueue", "job", "{}", "--json"]).json()["task_id"]
+    assert run_cli(["process"]).code == 0
+    result = run_cli(["show", task, "--json"]).json()["rows"][0]["result"]
+    assert "CRM_TOKEN" in result and "SHEETQ_TASK_ID" in result
+    for secret in ("SHEETQ_DATABASE_URL", "PGPASSWORD", "TELEGRAM_BOT_TOKEN"):
+        assert secret not in result, result
