@@ -243,7 +243,13 @@ def main(argv: list[str] | None = None) -> int:
         "--wide-concurrency",
         type=int,
         default=32,
-        help="A second one-worker section (and procrastinate) at this concurrency; 0: none.",
+        help="A second one-worker section at this concurrency; 0: none.",
+    )
+    parser.add_argument(
+        "--wide-rival",
+        type=int,
+        default=0,
+        help="Run procrastinate at this concurrency too (e.g. 32; ~200 jobs/s on 2 cores).",
     )
     parser.add_argument("--samples", type=int, default=20, help="Enqueue-to-start samples.")
     parser.add_argument("--json", action="store_true")
@@ -313,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 rows.append(Measure("4 latency", "enqueue → start, max", max(waits), "s"))
 
-            for concurrency in dict.fromkeys(c for c in (args.concurrency, wide) if c):
+            for concurrency in dict.fromkeys(c for c in (args.concurrency, args.wide_rival) if c):
                 url = bench.server.new_database()
                 progress(f"procrastinate: {n:,} no-op jobs, concurrency {concurrency}")
                 found = bench.procrastinate(url, n, concurrency)

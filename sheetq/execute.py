@@ -28,7 +28,7 @@ from sheetq.handlers import run_reconcile, run_task
 from sheetq.idempotency import parse_payload
 from sheetq.model import ErrorClass, Event, Status, Task
 from sheetq.queue import QueueRow, result_cut
-from sheetq.redact import redact
+from sheetq.redact import own_secrets, redact
 from sheetq.retry import Decision, Outcome, decide
 from sheetq.summary import RunSummary
 
@@ -69,6 +69,8 @@ class Executor:
         self.settings = settings
         self.clock = clock
         self.rng = rng
+        # masked in every result and error: the bot token, the database password
+        self._secrets = own_secrets(settings.telegram.token, settings.database_url)
         self.summary = summary
         self.note = note
         self.on_progress = on_progress
@@ -201,7 +203,7 @@ class Executor:
     ) -> Decision:
         with self._lock:  # the jitter draws from the shared rng
             decision = decide(outcome, row.retry_count, config.policy, self.clock.now(), self.rng)
-        secrets = [self.settings.telegram.token]
+        secrets = self._secrets
         message = redact(
             decision.message, payload=payload, fields=config.redact_fields, secrets=secrets
         )

@@ -8,11 +8,10 @@ WARNING, and a filter masks the token and other secrets in every record.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from typing import Any
 
-from sheetq.redact import redact
+from sheetq.redact import own_secrets, redact
 
 _QUIET = ("httpx", "httpcore", "telegram", "telegram.ext", "urllib3", "gspread")
 _SILENT = ("google", "google.auth", "stamina")  # sheetq says the same in its own words
@@ -22,7 +21,7 @@ class RedactingFilter(logging.Filter):
     """Rewrite each record's message with secrets masked (never drops a record)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        secrets = [os.environ.get("TELEGRAM_BOT_TOKEN", "")]
+        secrets = own_secrets()
         try:
             message = record.getMessage()
         except Exception:

@@ -45,6 +45,27 @@ def _field_values(payload: Any, fields: Iterable[str]) -> list[str]:
     return sorted({v for v in found if len(v) >= 3}, key=len, reverse=True)
 
 
+def own_secrets(telegram_token: str = "", database_url: str = "") -> list[str]:
+    """sheetq's own secrets, as literal values to mask: the bot token, the password of the
+    queue's database URL (``postgresql://user:PASSWORD@host/db``, percent-decoded as libpq
+    reads it, and as written) and ``PGPASSWORD``. ``database_url`` defaults to
+    ``SHEETQ_DATABASE_URL``."""
+    import os
+    from urllib.parse import unquote, urlsplit
+
+    found = [telegram_token or os.environ.get("TELEGRAM_BOT_TOKEN", "")]
+    url = database_url or os.environ.get("SHEETQ_DATABASE_URL", "")
+    if url:
+        try:
+            raw = urlsplit(url).password
+        except ValueError:
+            raw = None
+        if raw:
+            found += [raw, unquote(raw)]
+    found.append(os.environ.get("PGPASSWORD", ""))
+    return [s for s in found if s]
+
+
 def redact(
     text: str,
     *,

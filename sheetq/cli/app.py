@@ -277,9 +277,9 @@ def _unexpected(exc: Exception) -> int:
 
 
 def _secrets() -> list[str]:
-    import os
+    from sheetq.redact import own_secrets
 
-    return [os.environ.get("TELEGRAM_BOT_TOKEN", "")]
+    return own_secrets()
 
 
 if __name__ == "__main__":  # pragma: no cover

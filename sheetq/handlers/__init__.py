@@ -17,10 +17,11 @@ from sheetq.errors import ConfigError
 from sheetq.model import ErrorClass, Task
 from sheetq.retry import Outcome
 
-# sheetq's own secrets never reach a handler's environment (DESIGN.md §7: handlers see no
-# secret they were not given): the bot token, and the queue's database URL and password
-# (a handler that needs a database is given its own URL in sheetq.toml or the environment).
-PRIVATE_ENV = ("TELEGRAM_BOT_TOKEN", "SHEETQ_DATABASE_URL", "PGPASSWORD")
+# sheetq's own secrets never reach a handler's environment. The queue's location
+# (SHEETQ_SPREADSHEET, SHEETQ_DATABASE_URL, PGPASSWORD) does, so that a handler can run
+# `sheetq enqueue` for a follow-up task; the database password is masked in whatever a
+# handler returns or says (sheetq.redact.own_secrets).
+PRIVATE_ENV = ("TELEGRAM_BOT_TOKEN",)
 
 
 @dataclass(frozen=True)

@@ -89,25 +89,32 @@ def test_messages_name_the_database_not_a_sheet(
     assert "no such task in queue 'Queue'" in skip.stderr
 
 
-def test_a_command_handler_never_sees_the_database_password(
+def test_the_database_password_is_masked_in_what_a_handler_returns(
     pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The queue's SHEETQ_DATABASE_URL and PGPASSWORD (like the bot token) are not in a
-    command handler's environment, so no handler can print them into `result`; the
-    handler still gets its own variables."""
+    """A handler gets the queue's location (so it can `sheetq enqueue` a follow-up task) but
+    not the bot token; whatever it prints of the database password, from the URL or
+    PGPASSWORD, is masked in `result` and `last_error`."""
+    monkeypatch.setenv("SHEETQ_DATABASE_URL", pg_url.replace("postgres@", "postgres:Url-Pw-42@", 1))
     monkeypatch.setenv("PGPASSWORD", "pg-secret-77")
     monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "123456:abcdefghijklmnopqrstuvwxyz0123456789")
-    monkeypatch.setenv("CRM_TOKEN", "for-the-handler")
     dump = handler_script(
         tmp_path,
         "envdump",
-        "import os\nprint(sorted(k for k in os.environ if k.startswith(('SHEETQ_', 'PG', "
-        "'TELEGRAM_', 'CRM_'))))\n",
+        "import os, sys\n"
+        "seen = {k: os.environ.get(k, '-') for k in ('SHEETQ_DATABASE_URL', 'PGPASSWORD', "
+        "'TELEGRAM_BOT_TOKEN')}\n"
+        "print(seen, file=sys.stderr)\n"
+        "print(seen)\n"
+        "sys.exit(0 if os.environ['SHEETQ_TASK_TYPE'] == 'ok' else 65)\n",
     )
-    write_config(f"[types.job]\ncommand = {dump}\n")
-    task = run_cli(["enqueue", "job", "{}", "--json"]).json()["task_id"]
-    assert run_cli(["process"]).code == 0
-    result = run_cli(["show", task, "--json"]).json()["rows"][0]["result"]
-    assert "CRM_TOKEN" in result and "SHEETQ_TASK_ID" in result
-    for secret in ("SHEETQ_DATABASE_URL", "PGPASSWORD", "TELEGRAM_BOT_TOKEN"):
-        assert secret not in result, result
+    write_config(f"[types.ok]\ncommand = {dump}\n[types.bad]\ncommand = {dump}\n")
+    ok = run_cli(["enqueue", "ok", "{}", "--json"]).json()["task_id"]
+    bad = run_cli(["enqueue", "bad", "{}", "--json"]).json()["task_id"]
+    assert run_cli(["process", "--batch-size", "5"]).code == 0
+    result = run_cli(["show", ok, "--json"]).json()["rows"][0]["result"]
+    error = run_cli(["show", bad, "--json"]).json()["rows"][0]["last_error"]
+    for text in (result, error):
+        assert "SHEETQ_DATABASE_URL" in text and "[redacted]" in text, text
+        assert "Url-Pw-42" not in text and "pg-secret-77" not in text, text
+        assert "abcdefghijklmnop" not in text and "'TELEGRAM_BOT_TOKEN': '-'" in text, text
