@@ -45,23 +45,27 @@ def _field_values(payload: Any, fields: Iterable[str]) -> list[str]:
     return sorted({v for v in found if len(v) >= 3}, key=len, reverse=True)
 
 
+def url_passwords(url: str) -> list[str]:
+    """The password in a URL's user-info (``scheme://user:PASSWORD@host/…``) as written and
+    percent-decoded; read by hand, so that a URL no parser accepts still has it masked."""
+    from urllib.parse import unquote
+
+    authority = url.split("://", 1)[-1].split("/", 1)[0].split("?", 1)[0]
+    userinfo = authority.rsplit("@", 1)[0] if "@" in authority else ""
+    if ":" not in userinfo:
+        return []
+    raw = userinfo.split(":", 1)[1]
+    return [s for s in dict.fromkeys((raw, unquote(raw))) if s]
+
+
 def own_secrets(telegram_token: str = "", database_url: str = "") -> list[str]:
     """sheetq's own secrets, as literal values to mask: the bot token, the password of the
-    queue's database URL (``postgresql://user:PASSWORD@host/db``, percent-decoded as libpq
-    reads it, and as written) and ``PGPASSWORD``. ``database_url`` defaults to
-    ``SHEETQ_DATABASE_URL``."""
+    queue's database URL (``url_passwords``) and ``PGPASSWORD``. ``database_url`` defaults
+    to ``SHEETQ_DATABASE_URL``."""
     import os
-    from urllib.parse import unquote, urlsplit
 
     found = [telegram_token or os.environ.get("TELEGRAM_BOT_TOKEN", "")]
-    url = database_url or os.environ.get("SHEETQ_DATABASE_URL", "")
-    if url:
-        try:
-            raw = urlsplit(url).password
-        except ValueError:
-            raw = None
-        if raw:
-            found += [raw, unquote(raw)]
+    found += url_passwords(database_url or os.environ.get("SHEETQ_DATABASE_URL", ""))
     found.append(os.environ.get("PGPASSWORD", ""))
     return [s for s in found if s]
 

@@ -40,25 +40,7 @@ class PgServer:
 
     def url(self, database: str) -> str:
         """A ``postgresql://`` URL for ``database`` on this server."""
-        from urllib.parse import quote, urlencode
-
-        from psycopg.conninfo import conninfo_to_dict
-
-        parts = conninfo_to_dict(self.base_url)
-        user = quote(str(parts.pop("user", "") or ""))
-        password = parts.pop("password", None)
-        auth = f"{user}:{quote(str(password))}@" if password else (f"{user}@" if user else "")
-        host = str(parts.pop("host", "") or "")
-        port = parts.pop("port", None)
-        parts.pop("dbname", None)
-        query = {k: str(v) for k, v in parts.items()}
-        netloc = "" if host.startswith("/") else host + (f":{port}" if port else "")
-        if host.startswith("/"):
-            query["host"] = host
-            if port:
-                query["port"] = str(port)
-        tail = f"?{urlencode(query)}" if query else ""
-        return f"postgresql://{auth}{netloc}/{quote(database)}{tail}"
+        return with_parts(self.base_url, dbname=database)
 
     def _admin(self) -> Any:
         import psycopg
@@ -92,3 +74,23 @@ class PgServer:
     def stop(self) -> None:
         if self._server is not None:
             self._server.cleanup()
+
+
+def with_parts(url: str, **change: str) -> str:
+    """``url`` (a libpq URL or key=value string) with ``user``, ``password``, ``dbname`` or
+    any other part replaced, as a ``postgresql://`` URL (a socket directory in the query)."""
+    from urllib.parse import quote, urlencode
+
+    from psycopg.conninfo import conninfo_to_dict
+
+    parts = {k: str(v) for k, v in {**conninfo_to_dict(url), **change}.items() if v is not None}
+    user, password = quote(parts.pop("user", "")), parts.pop("password", "")
+    auth = f"{user}:{quote(password)}@" if password else (f"{user}@" if user else "")
+    host, port, dbname = parts.pop("host", ""), parts.pop("port", ""), parts.pop("dbname", "")
+    if host.startswith("/"):  # a socket directory goes in the query
+        parts["host"], host = host, ""
+        if port:
+            parts["port"], port = port, ""
+    netloc = host + (f":{port}" if port else "")
+    tail = f"?{urlencode(parts)}" if parts else ""
+    return f"postgresql://{auth}{netloc}/{quote(dbname)}{tail}"

@@ -17,13 +17,13 @@ import math
 import os
 import re
 from typing import Any
-from urllib.parse import unquote
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from sheetq.config import DATABASE_URL_SOURCE
 from sheetq.errors import ConfigError, SheetqError, StoreError, StoreUnavailable
+from sheetq.redact import url_passwords
 
 CONNECT_TIMEOUT = 10  # seconds, libpq's connect_timeout unless the URL or PGCONNECT_TIMEOUT sets it
 MIN_CONNECT_TIMEOUT = 2  # libpq treats anything shorter as 2 s (libpq docs, connect_timeout)
@@ -176,12 +176,7 @@ def _without_secrets(text: str, url: str) -> str:
     except psycopg.ProgrammingError:
         parsed = None
     secrets = {str(parsed)} if parsed else set()
-    authority = url.split("://", 1)[-1].split("/", 1)[0].split("?", 1)[0]
-    if "@" in authority:
-        userinfo = authority.rsplit("@", 1)[0]
-        if ":" in userinfo:
-            raw = userinfo.split(":", 1)[1]
-            secrets |= {raw, unquote(raw)}
+    secrets |= set(url_passwords(url))
     for secret in sorted((s for s in secrets if s), key=len, reverse=True):
         text = text.replace(secret, "***")
     return text

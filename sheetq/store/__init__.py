@@ -34,7 +34,8 @@ def open_store(
 
     ``time_limit`` (seconds, ``enqueue``'s ``SHEETQ_ENQUEUE_TIMEOUT``, named in errors by
     ``time_limit_name``) bounds Google's requests and retries from now on, how long the
-    local backend waits for another writer's lock, and PostgreSQL's connect and statements."""
+    local backend waits for another writer's lock, and PostgreSQL's connect and wait for the
+    queue's lock."""
     if settings.database_url:  # the queue lives in PostgreSQL (DESIGN.md §11)
         from sheetq.postgres.store import PgStore
 

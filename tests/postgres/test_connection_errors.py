@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from tests.conftest import run_cli
-from tests.pgserver import EXISTING
+from tests.pgserver import EXISTING, with_parts
 
 pytestmark = pytest.mark.postgres
 
@@ -57,25 +57,6 @@ def refused_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-def _url(pg_url: str, **change: str) -> str:
-    """``pg_url`` with ``user``, ``password`` or ``dbname`` replaced, as a URL."""
-    from urllib.parse import quote, urlencode
-
-    from psycopg.conninfo import conninfo_to_dict
-
-    parts = {k: str(v) for k, v in {**conninfo_to_dict(pg_url), **change}.items()}
-    user, password = quote(parts.pop("user", "")), parts.pop("password", "")
-    auth = f"{user}:{quote(password)}@" if password else (f"{user}@" if user else "")
-    host, port, dbname = parts.pop("host", ""), parts.pop("port", ""), parts.pop("dbname", "")
-    if host.startswith("/"):  # a socket directory goes in the query
-        parts["host"], host = host, ""
-        if port:
-            parts["port"], port = port, ""
-    netloc = host + (f":{port}" if port else "")
-    tail = f"?{urlencode(parts)}" if parts else ""
-    return f"postgresql://{auth}{netloc}/{quote(dbname)}{tail}"
 
 
 def _role(admin: psycopg.Connection[Any], name: str, *, password: str | None) -> None:
@@ -146,13 +127,13 @@ def cases(pg_url: str, pg_server: Any, silent_port: int, refused_port: int) -> d
             "no answer",
             None,
         ),
-        "missing database": (_url(pg_url, dbname="no_such_db"), 2, "does not exist", None),
-        "no privilege": (_url(pg_url, user=plain), 1, "GRANT", unchanged),
+        "missing database": (with_parts(pg_url, dbname="no_such_db"), 2, "does not exist", None),
+        "no privilege": (with_parts(pg_url, user=plain), 1, "GRANT", unchanged),
         "older schema": (older, 2, "sheetq init", None),
     }
     if not EXISTING:
         out["wrong password"] = (
-            _url(pg_url, user=locked, password=SECRET),
+            with_parts(pg_url, user=locked, password=SECRET),
             1,
             "password",
             unchanged,
@@ -208,7 +189,7 @@ def test_init_as_a_role_that_may_not_create_tables_says_which_grant(
     with psycopg.connect(empty, autocommit=True) as admin:
         _role(admin, name, password=None)
         admin.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
-    monkeypatch.setenv("SHEETQ_DATABASE_URL", _url(empty, user=name))
+    monkeypatch.setenv("SHEETQ_DATABASE_URL", with_parts(empty, user=name))
     r = run_cli(["init"])
     assert r.code == 1
     (line,) = r.stderr.splitlines()
