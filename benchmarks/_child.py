@@ -36,9 +36,9 @@ def main() -> None:
     import sheetq.cli.inspect
     import sheetq.cli.process
     import sheetq.handlers.python
-    import sheetq.queue
-    import sheetq.runner
-    import sheetq.store.sqlite
+    import sheetq.sheet.plan
+    import sheetq.sheet.runner
+    import sheetq.sheet.sqlite
 
     with contextlib.suppress(ImportError):
         import sheetq.stats  # noqa: F401 - may not exist yet

@@ -223,7 +223,7 @@ def row_by_row(emu: SheetsEmulator, key: str) -> int:
     import gspread
     import requests
 
-    from sheetq.store.base import column_letter
+    from sheetq.sheet.store import column_letter
 
     class Redirect(requests.Session):
         def request(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]

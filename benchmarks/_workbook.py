@@ -19,8 +19,8 @@ from typing import Any
 
 from sheetq.idempotency import canonical_json, derive_key, payload_hash
 from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS, new_task_id
-from sheetq.store.base import AppendRow, CellValue, ChangeSet
-from sheetq.store.sqlite import SqliteStore
+from sheetq.sheet.sqlite import SqliteStore
+from sheetq.sheet.store import AppendRow, CellValue, ChangeSet
 from sheetq.times import format_ts
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -16,13 +16,16 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sheetq.clock import FakeClock
 from sheetq.config import HandlerSpec, Settings, TypeConfig
 from sheetq.errors import FailTask, RetryTask
 from sheetq.model import Task
 from sheetq.retry import RetryPolicy
+
+if TYPE_CHECKING:
+    from sheetq.port import QueuePort
 
 MARKER = ".sheetq-demo"  # a directory holding this may be reused by the next demo
 DEMO_CONFIG = """\
@@ -106,11 +109,9 @@ def run_demo(
     """Run the tour in ``directory``; returns 0. ``say`` prints a line, ``show_table`` a table.
     ``keep`` false: the directory is removed afterwards, so the closing hints say how to keep
     one instead of where to look."""
-    from sheetq.enqueue import enqueue, prepare
-    from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS
-    from sheetq.runner import Runner, RunOptions, summary_line
-    from sheetq.schema import check_schema
-    from sheetq.store.sqlite import SqliteStore
+    from sheetq.backends import open_queue
+    from sheetq.enqueue import prepare
+    from sheetq.summary import RunOptions, summary_line
 
     directory.mkdir(parents=True, exist_ok=True)
     (directory / MARKER).write_text("made by `sheetq demo`; safe to delete\n", encoding="utf-8")
@@ -120,24 +121,16 @@ def run_demo(
     (directory / "sheetq.toml").write_text(DEMO_CONFIG, encoding="utf-8")
     settings = demo_settings(path, directory / "locks")
     clock = FakeClock(datetime(2026, 1, 5, 9, 0, tzinfo=UTC))
-    store = SqliteStore(path, create=True)
+    queue = open_queue(settings, create=True)
     try:
-        store.ensure_worksheets(
-            {
-                settings.queue_sheet: QUEUE_COLUMNS,
-                settings.log_sheet: LOG_COLUMNS,
-                settings.archive_sheet: QUEUE_COLUMNS,
-            }
-        )
-        info = store.open()
-        check_schema(info, settings, archive=True)
+        queue.init(fmt=False, dashboard=False, clock=clock, say=lambda _line: None)
         say(f"1. A fresh local workbook: {path}")
         say("   (worksheets Queue, QueueLog, QueueArchive — the same as on Google Sheets)")
         say("")
         say("2. Enqueue four tasks, then a repeated webhook and a conflicting one:")
         for task_type, payload in [*SAMPLES, DUPLICATE, CONFLICT]:
             tasks = prepare(task_type, [(None, payload)], settings)
-            (result,) = enqueue(store, info, settings, tasks, now=clock.now())
+            (result,) = queue.enqueue(tasks, clock=clock, not_before=lambda _zone: None)
             what = {
                 "enqueued": "enqueued",
                 "duplicate": "duplicate → nothing added",
@@ -148,24 +141,25 @@ def run_demo(
         say("")
         rng = random.Random(7)
         say("3. `sheetq process` at 09:00 (cron):")
-        summary = Runner(store, settings, clock=clock, rng=rng).run(RunOptions(batch_size=10))
+        options = RunOptions(batch_size=10)
+        summary = queue.run(options, clock=clock, rng=rng, notifier=None, on_progress=None)
         say("   " + summary_line(summary))
         clock.advance(300)
         say("4. `sheetq process` five minutes later: the invoice's backoff has passed:")
-        summary = Runner(store, settings, clock=clock, rng=rng).run(RunOptions(batch_size=10))
+        summary = queue.run(options, clock=clock, rng=rng, notifier=None, on_progress=None)
         say("   " + summary_line(summary))
         say("")
-        rows = store.values(settings.queue_sheet)
-        header = [str(h) for h in rows[0]]
+        rows = queue.list_rows(statuses=set(), types=(), limit=0)
         pick = ["task_id", "type", "status", "retry_count", "error_class", "result", "last_error"]
-        index = [header.index(c) for c in pick]
-        show_table("5. The Queue worksheet", pick, [[_cell(r[i]) for i in index] for r in rows[1:]])
-        log_rows = store.values(settings.log_sheet)
-        say(f"   QueueLog holds {len(log_rows) - 1} audit rows (one per change).")
+        show_table(
+            "5. The Queue worksheet", pick, [[_cell(r.values.get(c)) for c in pick] for r in rows]
+        )
+        logged = sum(len(queue.show(r.text("task_id")).history) for r in rows)
+        say(f"   QueueLog holds {logged} audit rows (one per change).")
         say("")
         say("6. The Telegram alert that `process` sends for the failed row")
         say("   (set TELEGRAM_BOT_TOKEN and TELEGRAM_CHAT_ID to receive it):")
-        for line in _alert_text(store, settings, clock).splitlines():
+        for line in _alert_text(queue, settings, clock).splitlines():
             say("   │ " + line)
         say("")
         if keep:
@@ -177,27 +171,25 @@ def run_demo(
             say("Next: keep a demo workbook to look around in, with")
             say("   sheetq demo --dir ./sheetq-demo")
     finally:
-        store.close()
+        queue.close()
     return 0
 
 
-def _alert_text(store: Any, settings: Settings, clock: FakeClock) -> str:
-    from sheetq.queue import SCAN_COLUMNS, parse_rows
-    from sheetq.runner import Runner
-    from sheetq.store.base import Read
-    from sheetq.times import zone
+def _alert_text(queue: QueuePort, settings: Settings, clock: FakeClock) -> str:
+    """The message ``process`` would send for the owed alerts, built and not sent (nothing
+    is marked: the alerts stay owed in the demo workbook)."""
+    from sheetq.alerts.message import build_message
+    from sheetq.alerts.telegram import Delivery
+    from sheetq.port import AlertItem, AlertReport
 
-    info = store.open()
-    (snap,) = store.read([Read(settings.queue_sheet, SCAN_COLUMNS)])
-    runner = Runner(store, settings, clock=clock)
-    runner.info = info
-    items = runner.owed(parse_rows(snap.rows, zone(info.time_zone), info.locale))
-    try:
-        from sheetq.alerts.message import build_message
+    text: list[str] = []
 
-        return build_message(items, queue=settings.queue_sheet, spreadsheet=info.title).plain
-    except ImportError:  # pragma: no cover - the alerts package is part of sheetq
-        return "\n".join(f"{i.task_id} {i.type} {i.error_class}: {i.error}" for i in items)
+    def show(items: list[AlertItem], title: str) -> tuple[AlertReport, Delivery]:
+        text.append(build_message(items, queue=settings.queue_sheet, spreadsheet=title).plain)
+        return AlertReport(), Delivery(sent=False, problem="demo")
+
+    queue.send_alerts(show, clock=clock)
+    return "".join(text)
 
 
 def _short(payload: dict[str, Any]) -> str:

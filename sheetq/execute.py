@@ -1,6 +1,6 @@
 """Running one claimed task and deciding its outcome (DESIGN.md §5, §7), whatever the store.
 
-The sheet runner (``sheetq.runner``) claims a batch, then hands each task here; the
+The sheet runner (``sheetq.sheet.runner``) claims a batch, then hands each task here; the
 PostgreSQL worker (DESIGN.md §11) does the same with up to N handlers at once, in threads.
 What is here is backend-neutral: the rate limit wait, the ``Task`` built from the claimed
 row and its ``payload_json``, the handler (``run_task``), ``on_unknown`` and reconcile, the
@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sheetq.alerts.owed import AlertItem
 from sheetq.clock import Clock
 from sheetq.config import Settings, TypeConfig
 from sheetq.handlers import run_reconcile, run_task
 from sheetq.idempotency import parse_payload
 from sheetq.model import ErrorClass, Event, Status, Task
-from sheetq.queue import QueueRow, result_cut
+from sheetq.policy import result_cut
+from sheetq.port import AlertItem, Claimed
 from sheetq.redact import own_secrets, redact
 from sheetq.retry import Decision, Outcome, decide
 from sheetq.summary import RunSummary
@@ -40,7 +40,7 @@ log = logging.getLogger("sheetq.runner")
 class Executed:
     """One task's handler run: the decision to write, how long it took (milliseconds, on the
     injected clock's monotonic time), and ``Event.RECOVERED`` after a reconcile, else
-    ``None`` (the log row's event; ``sheetq.queue.complete`` takes both)."""
+    ``None`` (the log row's event; ``sheetq.sheet.plan.complete`` takes both)."""
 
     decision: Decision
     duration_ms: int
@@ -81,7 +81,7 @@ class Executor:
         self._lock = threading.Lock()
 
     def cannot_start(
-        self, row: QueueRow, config: TypeConfig, lease_until: datetime, out_of_time: bool
+        self, row: Claimed, config: TypeConfig, lease_until: datetime, out_of_time: bool
     ) -> str:
         """Why the claimed task in ``row`` may not start now, or ``""`` if it may: its type's
         circuit is open, the claim's lease (``lease_until``) would run out before the type's
@@ -115,7 +115,7 @@ class Executor:
                 self._last_start[name] = max(start, self.clock.monotonic())
 
     def execute(
-        self, row: QueueRow, payload_json: str, config: TypeConfig, *, reconcile: bool
+        self, row: Claimed, payload_json: str, config: TypeConfig, *, reconcile: bool
     ) -> Executed:
         """Run the handler of the task claimed in ``row`` (``reconcile``: ask the type's
         reconcile handler whether a lost attempt happened instead) and decide its outcome.
@@ -160,7 +160,7 @@ class Executor:
 
     # --- one task ------------------------------------------------------------------
 
-    def _task(self, row: QueueRow, payload_json: str) -> Task:
+    def _task(self, row: Claimed, payload_json: str) -> Task:
         payload = parse_payload(payload_json, where=f"payload_json of {row.task_id}")
         return Task(
             task_id=row.task_id,
@@ -199,7 +199,7 @@ class Executor:
         return Outcome.failed(f"{first}; {answer.message}", ErrorClass.UNKNOWN)
 
     def _decide(
-        self, outcome: Outcome, row: QueueRow, config: TypeConfig, payload: dict[str, Any] | None
+        self, outcome: Outcome, row: Claimed, config: TypeConfig, payload: dict[str, Any] | None
     ) -> Decision:
         with self._lock:  # the jitter draws from the shared rng
             decision = decide(outcome, row.retry_count, config.policy, self.clock.now(), self.rng)
@@ -216,7 +216,7 @@ class Executor:
             decision = replace(decision, message=message, result=result)
         return decision
 
-    def _count(self, decision: Decision, row: QueueRow, config: TypeConfig) -> None:
+    def _count(self, decision: Decision, row: Claimed, config: TypeConfig) -> None:
         """Count ``decision`` into the summary, the breaker and ``failures`` (lock held)."""
         status = decision.status
         name = row.type

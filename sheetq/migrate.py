@@ -1,11 +1,9 @@
 """Planning ``sheetq migrate``: a sheet or local queue read whole, checked and converted into the
 rows PostgreSQL stores (DESIGN.md §11 "Moving a queue"). Pure: no I/O, no driver.
 
-Three steps, each a function:
+Two steps, each a function (the sheet engine first refuses while a run holds the queue,
+``SheetQueue.export``):
 
-* ``check_quiet`` refuses (``UsageError``, exit 2) while a ``sheetq process`` run holds the
-  queue's run lease or a row is ``processing`` under a lease that has not run out: copying
-  then would copy a state that is about to change.
 * ``prepare`` converts every row as the sheet engine reads it (status case- and
   space-insensitive, times typed by a person in ISO or locale form in the spreadsheet's time
   zone, counters that came back as numbers) into the §2 cell form the PostgreSQL codec
@@ -30,11 +28,19 @@ from datetime import datetime, tzinfo
 from typing import Any
 
 from sheetq.config import Settings
-from sheetq.errors import InputError, UsageError
+from sheetq.errors import InputError
 from sheetq.idempotency import parse_payload
-from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS, ErrorClass, Event, Status
-from sheetq.queue import log_row
-from sheetq.store.base import CellValue, Row, WorkbookInfo, cell_text
+from sheetq.model import (
+    LOG_COLUMNS,
+    QUEUE_COLUMNS,
+    CellValue,
+    ErrorClass,
+    Event,
+    Row,
+    Status,
+    cell_text,
+)
+from sheetq.policy import log_values
 from sheetq.times import Unparseable, format_ts, parse_ts
 
 TASK_TIMES = ("created_at", "next_retry_at", "updated_at", "lease_until", "alerted_at")
@@ -129,41 +135,6 @@ class KeyPlan:
     keys: list[tuple[str, str, str]] = field(default_factory=list)
     duplicates: list[Duplicate] = field(default_factory=list)
     logs: dict[str, dict[str, CellValue]] = field(default_factory=dict)
-
-
-# --- refusing while the queue moves ---------------------------------------------------
-
-
-def check_quiet(
-    info: WorkbookInfo,
-    queue_rows: Sequence[Row],
-    *,
-    lease_name: str,
-    lease_until: datetime | None,
-    now: datetime,
-    tz: tzinfo,
-    locale: str,
-) -> None:
-    """Refuse (``UsageError``, exit 2) while the queue is being processed: a run lease named
-    ``lease_name`` that has not expired (``lease_until``, from its token), or rows
-    ``processing`` under a ``lease_until`` still in the future."""
-    if info.leases.get(lease_name) and lease_until is not None and lease_until > now:
-        raise UsageError(
-            f"a `sheetq process` run holds the queue's run lease until {format_ts(lease_until)}; "
-            "wait for it to finish (or stop it), then run `sheetq migrate` again"
-        )
-    held: list[datetime] = []
-    for raw in queue_rows:
-        if Status.parse(raw.values.get("status")) is not Status.PROCESSING:
-            continue
-        until = parse_ts(raw.values.get("lease_until"), tz, locale)
-        if isinstance(until, datetime) and until > now:
-            held.append(until)
-    if held:
-        raise UsageError(
-            f"{len(held)} task(s) are processing under a lease until {format_ts(max(held))}; "
-            "wait for the run to finish (or stop it), then run `sheetq migrate` again"
-        )
 
 
 # --- converting rows ------------------------------------------------------------------
@@ -369,20 +340,49 @@ def settle_keys(
                     lease_until="",
                     updated_at=stamp,
                 )
-                plan.logs[task.task_id] = dict(
-                    log_row(
-                        now,
-                        task.task_id,
-                        str(task.values["type"]),
-                        Event.SKIPPED,
-                        Status.SKIPPED,
-                        int(task.values["retry_count"] or 0),
-                        message,
-                        run_id,
-                        worksheet=settings.log_sheet,
-                    ).values
+                plan.logs[task.task_id] = log_values(
+                    now,
+                    task.task_id,
+                    str(task.values["type"]),
+                    Event.SKIPPED,
+                    Status.SKIPPED,
+                    int(task.values["retry_count"] or 0),
+                    message,
+                    run_id,
                 )
             plan.duplicates.append(
                 Duplicate(key, task.task_id, winner, was, str(task.values["status"]))
             )
     return plan
+
+
+# --- what the destination wrote ---------------------------------------------------------
+
+
+@dataclass
+class Copied:
+    """Counts per kind of row: ``tasks``, ``log``, ``archive``, ``log_archive``."""
+
+    tasks: int = 0
+    log: int = 0
+    archive: int = 0
+    log_archive: int = 0
+
+    def as_json(self) -> dict[str, int]:
+        return {
+            "tasks": self.tasks,
+            "log": self.log,
+            "archive": self.archive,
+            "log_archive": self.log_archive,
+        }
+
+
+@dataclass
+class Written:
+    """What one migration wrote: ``copied`` and ``already_present`` counts, the schema
+    migrations it ran, and the key decisions for the tasks it copied."""
+
+    copied: Copied = field(default_factory=Copied)
+    already_present: Copied = field(default_factory=Copied)
+    schema_lines: list[str] = field(default_factory=list)
+    keys: KeyPlan = field(default_factory=KeyPlan)

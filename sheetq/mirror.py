@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from sheetq.config import Settings
-from sheetq.enqueue import append_bytes
 from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS, Event, Status
-from sheetq.queue import log_row
-from sheetq.store.base import (
+from sheetq.sheet.enqueue import append_bytes
+from sheetq.sheet.plan import log_row
+from sheetq.sheet.store import (
     AppendRow,
     CellValue,
     ChangeSet,

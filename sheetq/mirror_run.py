@@ -43,12 +43,12 @@ from sheetq.mirror import (
     token_log_id,
 )
 from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS, new_run_id
-from sheetq.store.base import LeaseChange, Read, Snapshot
+from sheetq.sheet.store import LeaseChange, Read, Snapshot
 from sheetq.times import format_ts
 
 if TYPE_CHECKING:
     from sheetq.config import Settings
-    from sheetq.store.base import Store, WorkbookInfo
+    from sheetq.sheet.store import Store, WorkbookInfo
 
 LOG_ROWS_PER_PASS = 50_000  # a pass catching up after an outage appends at most this many
 
@@ -116,7 +116,7 @@ def require_mirror(settings: Settings) -> None:
 
 def sheet_store(settings: Settings) -> Store:
     """The mirror's spreadsheet (Google, or a ``local:`` workbook), not PostgreSQL."""
-    from sheetq.store import open_store
+    from sheetq.sheet import open_store
 
     return open_store(replace(settings, database_url=""))
 

@@ -120,6 +120,39 @@ class Task:
     created_at: datetime | None
 
 
+# --- cells and records --------------------------------------------------------
+
+# What a cell (or a database column, as the commands print it) holds: text, a number, a
+# boolean, or nothing (``None``/``""``).
+CellValue = str | int | float | bool | None
+
+
+def cell_text(value: CellValue) -> str:
+    """A cell as text: ``""`` for empty, ``TRUE``/``FALSE``, numbers without a needless ``.0``."""
+    if type(value) is str:
+        return value
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+@dataclass
+class Row:
+    """One record as the commands print it: ``number`` is its sheet row (1-based, row 1 is
+    the header), ``values`` its cells by column name."""
+
+    number: int
+    values: dict[str, CellValue]
+
+    def text(self, column: str) -> str:
+        """The cell as text (see ``cell_text``)."""
+        return cell_text(self.values.get(column))
+
+
 # --- identifiers -------------------------------------------------------------
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"

@@ -1,51 +1,230 @@
-"""The queue port (DESIGN.md §10): what the commands ask of a queue, wherever it is stored.
+"""The queue port: what the commands ask of a queue, wherever it is stored (docs/design.md).
 
-``open_queue(settings)`` is the one place that knows which backend a queue is in: the sheet
-engine (``sheetq.sheet_queue.SheetQueue``, a Google spreadsheet or a ``local:`` workbook)
-or PostgreSQL (``sheetq.postgres.port.PgQueue``, imported only when
-``settings.database_url`` is set, so the CLI starts without psycopg or gspread).
+``QueuePort`` is a protocol, shaped like what a queue does (enqueue a batch, run: claim,
+execute, settle, recover; requeue / skip / archive by filter; owe and mark alerts; the
+reads behind ``status``, ``list``, ``show`` and ``stats``), and the dataclasses below are
+the values that cross it. Two engines implement it, neither built on the other: the sheet
+engine (``sheetq.sheet.engine.SheetQueue``: a Google spreadsheet or a ``local:`` workbook)
+and PostgreSQL (``sheetq.postgres.engine.PgQueue``). ``sheetq.backends.open_queue`` is the
+one place that turns a configuration into one of them.
 
-The commands validate their arguments, call one port method, and print what it returns;
-the policy both backends share (keys, the retry decision, ``on_unknown``, max age, the
-planners of ``sheetq.queue``/``operations``/``archive``) stays in pure modules that never
-import gspread, sqlite3 or psycopg.
+This module imports no backend, and nothing here does I/O. Errors are the CLI's
+(``sheetq.errors``): ``SchemaError`` (exit 2) when ``init`` has not prepared the store,
+``StoreUnavailable`` (exit 1) when it cannot be reached, ``UsageError`` (exit 2) for an
+operation the backend does not have (``worker`` on a sheet, ``--dashboard`` on a database).
 """
 
 from __future__ import annotations
 
+import random
+from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-if TYPE_CHECKING:
-    import random
+from sheetq.model import Row, Status
 
-    from sheetq.alerts.owed import Notifier
-    from sheetq.archive import ArchiveReport
+if TYPE_CHECKING:
+    from sheetq.alerts.telegram import Delivery
+    from sheetq.checks import Check
     from sheetq.clock import Clock
     from sheetq.config import Settings
     from sheetq.enqueue import Enqueued, NewTask
-    from sheetq.held import HeldGroup
-    from sheetq.log_archive import LogArchiveReport
-    from sheetq.model import Status
-    from sheetq.queue import QueueRow
+    from sheetq.migrate import Source, Written
     from sheetq.stats import Stats
-    from sheetq.store.base import Row, Store, WorkbookInfo
     from sheetq.summary import RunOptions, RunSummary
-    from sheetq.tally import QueueTally
+
+NotBefore = Callable[[str], "datetime | None"]  # the tasks' not-before time, given a time zone
+Say = Callable[[str], None]  # one line of what was done
+# Sends owed alerts as one message: (items, where the queue is) → (covered, the delivery)
+Send = Callable[[list["AlertItem"], str], "tuple[AlertReport, Delivery]"]
+
+
+# --- alerts ---------------------------------------------------------------------------------
+
+
+@dataclass
+class AlertItem:
+    """One owed failure alert. ``row`` is where the task was last seen in a sheet (0: it
+    has no sheet row); ``link`` where a person finds it (a URL for Google, the task id for
+    local, ``sheetq show ID`` for PostgreSQL)."""
+
+    task_id: str
+    type: str
+    error_class: str
+    attempts: int
+    error: str
+    row: int
+    owner: str = ""
+    link: str = ""
+
+
+@dataclass
+class AlertReport:
+    """What the notifier did: ``covered`` task ids are to be marked ``alerted_at``."""
+
+    covered: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+# Sends the owed alerts as one message: (items, where the queue is: its title) → what it covered
+Notifier = Callable[[list[AlertItem], str], AlertReport]
+
+
+# --- a claimed task ---------------------------------------------------------------------------
+
+
+class Claimed(Protocol):
+    """What a run knows of a task it claimed, as ``sheetq.execute.Executor`` runs it:
+    identity, attempts so far, key, owner, creation time (UTC), and ``row``, its sheet row
+    for an alert's link (0 where it has none)."""
+
+    @property
+    def task_id(self) -> str: ...
+
+    @property
+    def type(self) -> str: ...
+
+    @property
+    def retry_count(self) -> int: ...
+
+    @property
+    def idempotency_key(self) -> str: ...
+
+    @property
+    def owner(self) -> str: ...
+
+    @property
+    def row(self) -> int: ...
+
+    @property
+    def created(self) -> datetime | None: ...
+
+
+# --- the reads ------------------------------------------------------------------------------
+
+
+@dataclass
+class QueueTally:
+    """What ``sheetq status`` counts: by status and by type × status (unrecognised statuses
+    apart, in ``strange``); ``oldest``: seconds the longest-due waiting task has been due
+    (``None``: none due); ``due``: retries due now; ``owed``: failed tasks not alerted yet;
+    ``unparseable``: waiting rows whose ``next_retry_at`` a person typed unreadably."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+    by_type: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
+    strange: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    oldest: float | None = None
+    due: int = 0
+    owed: int = 0
+    unrecognised: int = 0
+    without_handler: int = 0
+    total: int = 0
+    unparseable: list[str] = field(default_factory=list)
+
+
+@dataclass
+class HeldGroup:
+    """``count`` processing tasks under ``run_id`` whose run is gone (crashed or killed):
+    what ``status`` tells a person, and when the next run recovers them.
+
+    ``lease_until``: the latest lease of its tasks (``None``: unreadable); ``expired``:
+    recovered by the next run; ``on_unknown``: type → ``retry``/``reconcile``/``fail``;
+    ``journal``: killed on this host, whose journal the next run here applies first (sheet);
+    ``host``/``pid``: where the run was (PostgreSQL knows its workers);
+    ``unknown_types``: types no run here is configured for (their recovery waits for one)."""
+
+    run_id: str
+    count: int
+    lease_until: datetime | None
+    expired: bool
+    on_unknown: dict[str, str] = field(default_factory=dict)
+    by_type: dict[str, int] = field(default_factory=dict)
+    journal: bool = False
+    host: str = ""
+    pid: int | None = None
+    unknown_types: list[str] = field(default_factory=list)
+
+    def as_json(self, tz: tzinfo) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "count": self.count,
+            "lease_until": self.lease_until.astimezone(tz).isoformat()
+            if self.lease_until
+            else None,
+            "lease_expired": self.expired,
+            "on_unknown": self.on_unknown,
+            "by_type": self.by_type,
+            "host_journal": self.journal,
+            "host": self.host or None,
+            "pid": self.pid,
+            "not_configured_here": self.unknown_types,
+        }
+
+    def line(self, tz: tzinfo) -> str:
+        """``10 processing under run R, lease ends 2026-01-05 03:12 CET (then …)``."""
+        plan = ", ".join(f"{t}: {a}" for t, a in self.on_unknown.items())
+        where = f" on host {self.host}" + (f" (pid {self.pid})" if self.pid else "")
+        run = f"run {self.run_id or '(none)'}" + (where if self.host else "")
+        head = f"{self.count} processing under {run}"
+        if self.host:
+            head += ", whose session is gone"
+        if self.journal:
+            return (
+                f"{head}, killed on this host: the next `sheetq process` here applies its "
+                "journal at once (finished outcomes written, unstarted tasks returned without "
+                f"an attempt, a task it was running recovered per on_unknown: {plan})"
+            )
+        waits = ""
+        if self.unknown_types:
+            names = ", ".join(self.unknown_types)
+            waits = f"; {names}: no run here is configured for it, a run that is recovers it"
+        if self.lease_until is None:
+            return (
+                f"{head}, lease unreadable: the next run recovers them per on_unknown "
+                f"({plan}){waits}"
+            )
+        when = self.lease_until.astimezone(tz).strftime("%Y-%m-%d %H:%M %Z")
+        if self.expired:
+            return (
+                f"{head}, lease ended {when}: the next run recovers them per on_unknown "
+                f"({plan}){waits}"
+            )
+        return f"{head}, lease ends {when} (then recovered per on_unknown: {plan}){waits}"
+
+
+@dataclass(frozen=True)
+class CellUsage:
+    """A Google spreadsheet's cells used (over every worksheet's grid), the limit, and when
+    the limit is reached at the current rate (``None``: no tasks in the window)."""
+
+    used: int
+    limit: int
+    full_at: datetime | None
+    warn_at: float = 0.8  # ``status`` warns from this share of the limit
+
+    @property
+    def percent(self) -> float:
+        return round(100.0 * self.used / self.limit, 1)
+
+    @property
+    def warn(self) -> bool:
+        return self.used >= self.warn_at * self.limit
 
 
 @dataclass
 class StatusReport:
-    """What ``sheetq status`` prints: the tally of the Queue, the rows held by runs that are
-    gone (only looked for when something is processing), and the workbook it came from
-    (title, time zone, cell usage), as of ``now``."""
+    """What ``sheetq status`` prints, as of ``now``: where the queue is (``title``; its
+    ``time_zone`` for times a person reads), the tally, the tasks held by runs that are
+    gone, and (Google) how full the spreadsheet is."""
 
-    info: WorkbookInfo
+    title: str
+    time_zone: str
     tally: QueueTally
     gone: list[HeldGroup]
     now: datetime
+    cells: CellUsage | None = None
 
 
 @dataclass
@@ -59,64 +238,136 @@ class ShowReport:
     log_archived: int = 0
 
 
+# --- the changes ------------------------------------------------------------------------------
+
+
+@dataclass
+class TaskState:
+    """A task as ``requeue``/``skip`` report it: its identity, status (``None``: text sheetq
+    does not know, kept in ``status_text``), attempts, error class and the lease that holds
+    it (``held``: why it may not be taken now, when its run is gone: e.g. "its worker's
+    session is gone; recovered at T")."""
+
+    task_id: str
+    type: str
+    status: Status | None
+    status_text: str
+    retry_count: int
+    error_class: str
+    lease_owner: str = ""
+    lease_until: str = ""
+    held: str = ""
+
+
 @dataclass
 class ChangeReport:
-    """What ``requeue``/``skip`` did (or, dry run, would do): the rows changed, the named
-    task ids not in the Queue, the named ones left alone, and every Queue row by id (to say
-    why a named one was refused)."""
+    """What ``requeue``/``skip`` did (or, dry run, would do): the tasks changed, the named
+    task ids not in the queue, the named ones left alone, and every named task by id (to
+    say why a named one was refused)."""
 
-    picked: list[QueueRow]
+    picked: list[TaskState]
     unknown: list[str]
     refused: list[str]
-    by_id: dict[str, QueueRow]
+    by_id: dict[str, TaskState]
+
+
+@dataclass
+class ArchiveReport:
+    """What an archive of finished tasks moved (or would move) and what it left alone."""
+
+    dry_run: bool
+    cutoff: datetime
+    by_status: Counter[str] = field(default_factory=Counter)
+    task_ids: list[str] = field(default_factory=list)
+    dropped_columns: set[str] = field(default_factory=set)
+    already_archived: list[str] = field(default_factory=list)
+    ambiguous: list[str] = field(default_factory=list)
+    undated: list[str] = field(default_factory=list)
+    vanished: list[str] = field(default_factory=list)
+    put_back: list[str] = field(default_factory=list)
+    writes: int = 0
+    locked: str = ""
+
+    @property
+    def archived(self) -> int:
+        return sum(self.by_status.values())
+
+
+@dataclass
+class LogArchiveReport:
+    """Log rows moved (or, with ``dry_run``, that would move), writes, stray rows."""
+
+    cutoff: datetime
+    dry_run: bool
+    archived: int = 0
+    writes: int = 0
+    stray: int = 0
 
 
 @dataclass
 class ArchiveOutcome:
-    """What ``sheetq archive`` did: the Queue rows' report (``None`` when a ``process`` run
-    on this host held the queue past the wait: ``held_by`` names its lock file), and the
-    QueueLog report when ``--log-older-than`` was given."""
+    """What ``sheetq archive`` did: the tasks' report (``None`` when a ``process`` run on
+    this host held the queue past the wait: ``held_by`` names its lock file), and the log's
+    report when ``--log-older-than`` was given."""
 
     report: ArchiveReport | None
     logs: list[LogArchiveReport] = field(default_factory=list)
     held_by: str | None = None
 
 
+@dataclass
+class AlertOutcome:
+    """What ``sheetq alert`` did: failures owed (``None``: not looked, another sender holds
+    the queue: ``locked`` says who), the delivery (``None``: nothing was sent), the ids it
+    covered, whether their ``alerted_at`` was written (``mark_error`` says why not), and
+    the store's requests."""
+
+    owed: int | None
+    delivery: Delivery | None = None
+    report: AlertReport | None = None
+    marked: bool = False
+    mark_error: str = ""
+    locked: str = ""
+    requests: int = 0
+
+
+# --- the worker -----------------------------------------------------------------------------
+
+
+class Worker(Protocol):
+    """A long-running ``sheetq worker`` (PostgreSQL): ``run`` claims and runs tasks until
+    ``stop(why)`` (safe from a signal handler); ``stopped`` is the why."""
+
+    stopped: str
+
+    def run(self, *, on_ready: Callable[[], None] | None = None) -> RunSummary: ...
+
+    def stop(self, why: str = "stopped") -> None: ...
+
+
+# --- the port ---------------------------------------------------------------------------------
+
+
 @runtime_checkable
 class QueuePort(Protocol):
-    """One queue, shaped like what a queue does, not where it is stored (DESIGN.md §10):
-    enqueue a batch, run (claim up to N due tasks under a lease, execute, settle fenced by
-    the lease, recover expired leases), requeue / skip / archive by filter, and the reads
-    behind ``status``, ``list``, ``show`` and ``stats``.
-
-    Claim and settle live inside ``run``, differently per backend:
-
-    - sheet engine (``SheetQueue``, ``sheetq.runner.Runner``): pipelined batches: one
-      read-then-write claims a batch under the queue's run lease; a batch's results ride in
-      the next claim's write (DESIGN.md §6), the last batch's in a final write; expired
-      leases are recovered in the claim.
-    - PostgreSQL (``PgQueue``, ``sheetq.postgres.runner.PgRunner``): each claim takes at
-      most the run's free slots ``FOR UPDATE SKIP LOCKED``, and each task's outcome is
-      settled in its own transaction fenced by its lease (a row no longer processing under
-      that lease is not touched) (DESIGN.md §11).
-
-    Errors are the CLI's (``sheetq.errors``): ``SchemaError`` exit 2 when ``init`` has not
-    prepared the store, ``StoreUnavailable`` exit 1, ``UsageError`` exit 2.
-    """
+    """One queue, shaped like what a queue does, not where it is stored. Every method opens
+    the store on first use; ``close()`` lets it go."""
 
     settings: Settings
     positions: bool  # rows have sheet positions (``row`` in reports; ``null`` on PostgreSQL)
 
-    def init(self, *, fmt: bool, dashboard: bool, clock: Clock, say: Callable[[str], None]) -> None:
+    @property
+    def where(self) -> str:
+        """Where the queue is, in words for a message, without I/O and never a password
+        (``local workbook sheetq.db``, ``user@host:5432/db``)."""
+        ...
+
+    def init(self, *, fmt: bool, dashboard: bool, clock: Clock, say: Say) -> None:
         """Create or upgrade the queue's storage; each line of what was done goes to ``say``."""
         ...
 
     def enqueue(
-        self,
-        tasks: Sequence[NewTask],
-        *,
-        clock: Clock,
-        not_before: Callable[[str], datetime | None],
+        self, tasks: Sequence[NewTask], *, clock: Clock, not_before: NotBefore
     ) -> list[Enqueued]:
         """Add the tasks once, atomically: enqueued / duplicate / conflict per task.
         ``not_before(time_zone)`` gives their not-before time (``--delay``/``--at``; an
@@ -132,7 +383,21 @@ class QueuePort(Protocol):
         notifier: Notifier | None,
         on_progress: Callable[[str], None] | None,
     ) -> RunSummary:
-        """One ``sheetq process`` run: claim, execute, settle, alert (see the class doc)."""
+        """One ``sheetq process`` run: claim due tasks under a lease, run their handlers,
+        settle each outcome fenced by its lease, recover expired leases, send owed alerts."""
+        ...
+
+    def worker(
+        self,
+        *,
+        concurrency: int,
+        types: tuple[str, ...],
+        poll: float,
+        clock: Clock,
+        rng: random.Random,
+        notifier: Notifier | None,
+    ) -> Worker:
+        """A ``sheetq worker`` for this queue; ``UsageError`` where there is none (a sheet)."""
         ...
 
     def requeue(
@@ -146,13 +411,14 @@ class QueuePort(Protocol):
         dry_run: bool,
         clock: Clock,
     ) -> ChangeReport:
-        """Send matching rows back to pending, each logged ``requeued``."""
+        """Send matching tasks back to pending (the dead-letter redrive), each logged
+        ``requeued``; a task a run holds is never taken from it."""
         ...
 
     def skip(
         self, *, task_ids: Sequence[str], reason: str, dry_run: bool, clock: Clock
     ) -> ChangeReport:
-        """Mark the named tasks skipped, each logged with ``reason``."""
+        """Mark the named waiting or failed tasks skipped, each logged with ``reason``."""
         ...
 
     def archive(
@@ -165,9 +431,14 @@ class QueuePort(Protocol):
         dry_run: bool,
         lock_wait: float,
     ) -> ArchiveOutcome:
-        """Move finished rows older than ``older_than`` seconds (and QueueLog rows older
-        than ``log_older_than``) to the archive; waits up to ``lock_wait`` seconds for a
-        run that holds the queue where runs exclude archiving."""
+        """Move finished tasks older than ``older_than`` seconds (and log rows older than
+        ``log_older_than``) to the archive; waits up to ``lock_wait`` seconds for a run that
+        holds the queue where runs exclude archiving."""
+        ...
+
+    def send_alerts(self, send: Send, *, clock: Clock) -> AlertOutcome:
+        """``sheetq alert``: send the owed failure alerts as one message (``send``) and mark
+        the tasks it covered, one sender at a time per queue."""
         ...
 
     def status(self, *, clock: Clock) -> StatusReport:
@@ -175,11 +446,11 @@ class QueuePort(Protocol):
         ...
 
     def stats(self, *, since: datetime, now: datetime, types: Sequence[str]) -> Stats:
-        """QueueLog numbers over ``[since, now]`` for ``sheetq stats``."""
+        """The log's numbers over ``[since, now]`` for ``sheetq stats``."""
         ...
 
     def list_rows(self, *, statuses: set[Status], types: Sequence[str], limit: int) -> list[Row]:
-        """Queue rows with these statuses and types (empty: any), in queue order; at most
+        """Tasks with these statuses and types (empty: any), in queue order; at most
         ``limit`` (0: all)."""
         ...
 
@@ -187,231 +458,19 @@ class QueuePort(Protocol):
         """One task's rows and history."""
         ...
 
+    def export(self, *, clock: Clock) -> Source:
+        """The whole queue, checked and converted for ``sheetq migrate``; refuses
+        (``UsageError``) while a run holds it."""
+        ...
 
-NotBefore = Callable[[str], "datetime | None"]  # not-before time from the store's time zone
+    def absorb(self, source: Source, *, now: datetime, run_id: str) -> Written:
+        """``sheetq migrate``'s destination: copy ``source`` in, once (a rerun adds nothing)."""
+        ...
 
+    def checks(self) -> list[Check]:
+        """``sheetq doctor``'s lines for this store: reachable, prepared, writable."""
+        ...
 
-class Running(Protocol):
-    """What ``StoreQueue.run`` makes and runs: ``sheetq.runner.Runner`` or
-    ``sheetq.postgres.runner.PgRunner``."""
-
-    def run(self, options: RunOptions) -> RunSummary: ...
-
-
-class StoreQueue:
-    """What ``SheetQueue`` and ``PgQueue`` share: both keep a worksheet-shaped ``Store``
-    (made on first use by ``store()``), run through a runner, requeue / skip with the shared
-    planners applied to the rows as read, and shape the reports the same way: check the
-    schema, then read. The reads are the sheet engine's Python path
-    (``sheetq.sheet_queue``); a subclass overrides the ``_tally``, ``_gone``, ``_stats``,
-    ``_list`` and ``_show`` hooks (PostgreSQL computes them in SQL) and ``_runner``."""
-
-    positions = True
-
-    def __init__(self, settings: Settings, store: Callable[[], Store]) -> None:
-        self.settings = settings
-        self._factory = store
-        self._opened: Store | None = None
-
-    def _open_store(self) -> Store:
-        """The store, opened on first use."""
-        if self._opened is None:
-            self._opened = self._factory()
-        return self._opened
-
-    archive_max_bytes: int | None = None  # ``run_archive``'s cap per write (None: Google's)
-
-    def enqueue(
-        self,
-        tasks: Sequence[NewTask],
-        *,
-        clock: Clock,
-        not_before: Callable[[str], datetime | None],
-    ) -> list[Enqueued]:
-        """Add the tasks once, atomically (``_enqueue``); see ``QueuePort``."""
-        return self._enqueue(list(tasks), clock, not_before)
-
-    def _enqueue(self, tasks: list[NewTask], clock: Clock, when: NotBefore) -> list[Enqueued]:
-        """The backend's enqueue; ``when(time_zone)`` gives the tasks' not-before time."""
-        raise NotImplementedError
-
-    def _runner_type(self) -> Callable[..., Running]:
-        """The backend's runner class, made as ``(store, settings, clock=, rng=, notifier=,
-        on_progress=)``."""
-        raise NotImplementedError
-
-    def run(
-        self,
-        options: RunOptions,
-        *,
-        clock: Clock,
-        rng: random.Random,
-        notifier: Notifier | None,
-        on_progress: Callable[[str], None] | None,
-    ) -> RunSummary:
-        """One run of the backend's runner (``_runner_type``); see ``QueuePort``."""
-        make = self._runner_type()
-        runner = make(
-            self._open_store(),
-            self.settings,
-            clock=clock,
-            rng=rng,
-            notifier=notifier,
-            on_progress=on_progress,
-        )
-        return runner.run(options)
-
-    def archive(
-        self,
-        *,
-        now: datetime,
-        older_than: float | None,
-        log_older_than: float | None,
-        include_failed: bool,
-        dry_run: bool,
-        lock_wait: float,
-    ) -> ArchiveOutcome:
-        """``run_archive`` then ``run_log_archive`` (``sheetq.sheet_queue.archive_rows``),
-        inside ``_exclusive`` (the sheet engine's host lock, waited for up to ``lock_wait``
-        seconds; on PostgreSQL nothing to wait for)."""
-        from sheetq.sheet_queue import archive_rows
-
-        def run() -> ArchiveOutcome:
-            return archive_rows(
-                self._open_store(),
-                self.settings,
-                now=now,
-                older_than=older_than,
-                log_older_than=log_older_than,
-                include_failed=include_failed,
-                dry_run=dry_run,
-                max_bytes=self.archive_max_bytes,
-            )
-
-        return run() if dry_run else self._exclusive(run, lock_wait)
-
-    def _exclusive(self, run: Callable[[], ArchiveOutcome], lock_wait: float) -> ArchiveOutcome:
-        """``run()`` where runs exclude archiving (the default: nothing to exclude)."""
-        return run()
-
-    def requeue(
-        self,
-        *,
-        task_ids: Sequence[str],
-        statuses: Sequence[Status],
-        types: Sequence[str],
-        error_classes: Sequence[str],
-        reset_attempts: bool,
-        dry_run: bool,
-        clock: Clock,
-    ) -> ChangeReport:
-        """``plan_requeue`` over the Queue, applied to the rows as read (on PostgreSQL:
-        only to rows still as read)."""
-        from sheetq.sheet_queue import change_rows, requeue_plan
-
-        plan = requeue_plan(task_ids, statuses, types, error_classes, reset_attempts)
-        return change_rows(
-            self._open_store(),
-            self.settings,
-            plan,
-            task_ids=task_ids,
-            dry_run=dry_run,
-            clock=clock,
-        )
-
-    def skip(
-        self, *, task_ids: Sequence[str], reason: str, dry_run: bool, clock: Clock
-    ) -> ChangeReport:
-        """``plan_skip`` for the named tasks, applied like ``requeue``."""
-        from sheetq.sheet_queue import change_rows, skip_plan
-
-        return change_rows(
-            self._open_store(),
-            self.settings,
-            skip_plan(task_ids, reason),
-            task_ids=task_ids,
-            dry_run=dry_run,
-            clock=clock,
-        )
-
-    def _checked(self) -> WorkbookInfo:
-        """The store's workbook, its schema checked (exit 2 naming what ``init`` fixes)."""
-        from sheetq.sheet_queue import check
-
-        info = self._open_store().open()
-        check(info, self.settings)
-        return info
-
-    def status(self, *, clock: Clock) -> StatusReport:
-        """The tally (``_tally``), and the runs that are gone when something is processing
-        (``_gone``)."""
-        info = self._checked()
-        now = clock.now()
-        tally = self._tally(info, now)
-        gone = self._gone(info, tally, now) if tally.counts.get("processing") else []
-        return StatusReport(info, tally, gone, now)
-
-    def stats(self, *, since: datetime, now: datetime, types: Sequence[str]) -> Stats:
-        """The log's numbers over ``[since, now]`` (``_stats``)."""
-        return self._stats(self._checked(), since=since, now=now, types=types)
-
-    def list_rows(self, *, statuses: set[Status], types: Sequence[str], limit: int) -> list[Row]:
-        """Queue rows with these statuses and types, in queue order (``_list``)."""
-        self._checked()
-        return self._list(statuses, types, limit)
-
-    def show(self, task_id: str) -> ShowReport:
-        """One task's rows and history (``_show``)."""
-        return self._show(self._checked(), task_id)
-
-    def _tally(self, info: WorkbookInfo, now: datetime) -> QueueTally:
-        from sheetq.sheet_queue import read_tally
-
-        return read_tally(self._open_store(), self.settings, info, now)
-
-    def _gone(self, info: WorkbookInfo, tally: QueueTally, now: datetime) -> list[HeldGroup]:
-        raise NotImplementedError
-
-    def _stats(
-        self, info: WorkbookInfo, *, since: datetime, now: datetime, types: Sequence[str]
-    ) -> Stats:
-        from sheetq.sheet_queue import read_stats
-
-        store = self._open_store()
-        return read_stats(store, self.settings, info, since=since, now=now, types=types)
-
-    def _list(self, statuses: set[Status], types: Sequence[str], limit: int) -> list[Row]:
-        from sheetq.sheet_queue import read_list
-
-        return read_list(self._open_store(), self.settings, statuses, types, limit)
-
-    def _show(self, info: WorkbookInfo, task_id: str) -> ShowReport:
-        from sheetq.sheet_queue import read_show
-
-        return read_show(self._open_store(), self.settings, info, task_id)
-
-
-def open_queue(
-    settings: Settings, *, store: Callable[[], Store] | None = None, **store_kwargs: Any
-) -> QueuePort:
-    """The queue named by ``settings``: ``PgQueue`` when ``settings.database_url`` is set,
-    else ``SheetQueue``. Nothing is opened yet: the store is made on first use by
-    ``store()`` when given (the CLI's, which it closes), else by
-    ``sheetq.store.open_store(settings, **store_kwargs)``."""
-    factory = store
-    if factory is None:
-
-        def opener() -> Store:
-            from sheetq.store import open_store
-
-            return open_store(settings, **store_kwargs)
-
-        factory = opener
-
-    if settings.database_url:  # the queue lives in PostgreSQL (DESIGN.md §11)
-        from sheetq.postgres.port import PgQueue
-
-        return PgQueue(settings, factory)
-    from sheetq.sheet_queue import SheetQueue
-
-    return SheetQueue(settings, factory)
+    def close(self) -> None:
+        """Let the store go (connections, files)."""
+        ...

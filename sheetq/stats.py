@@ -51,7 +51,7 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
 from sheetq.model import WAITING, Status
-from sheetq.store.base import CellValue, Row
+from sheetq.sheet.store import CellValue, Row
 from sheetq.times import format_ts, parse_ts
 
 LOG_COLUMNS = ("ts", "task_id", "type", "event", "status", "duration_ms")

@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sheetq.journal import Recovery
 from sheetq.redact import plural
 
 
@@ -52,7 +51,7 @@ class RunSummary:
     notes: list[str] = field(default_factory=list)
     open_circuits: dict[str, str] = field(default_factory=dict)
     requests: int = 0
-    journal: Recovery | None = None  # what this run applied of a killed run's host journal
+    journal: dict[str, int] | None = None  # what a sheet run applied of a killed run's journal
 
     def as_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -80,7 +79,7 @@ class RunSummary:
         if self.would_claim:
             doc["would_claim"] = self.would_claim
         if self.journal is not None:
-            doc["journal"] = self.journal.as_json()
+            doc["journal"] = self.journal
         return doc
 
 

@@ -156,7 +156,7 @@ class LocalBook(Book):
         self.spreadsheet = f"local:{path}"
 
     def _store(self) -> Any:
-        from sheetq.store.sqlite import SqliteStore
+        from sheetq.sheet.sqlite import SqliteStore
 
         return SqliteStore(self.path)
 
@@ -202,7 +202,7 @@ class GoogleBook(Book):
         return list(self.emulator.values(self.key, sheet, render="FORMATTED_VALUE"))
 
     def _letter(self, sheet: str, column: str) -> str:
-        from sheetq.store.base import column_letter
+        from sheetq.sheet.store import column_letter
 
         header = [str(h) for h in self.grid(sheet)[0]]
         return column_letter(header.index(column))
@@ -219,7 +219,7 @@ class GoogleBook(Book):
         self.emulator.sort_rows(self.key, sheet, header.index(column))
 
     def insert_column(self, sheet: str, at: int, name: str) -> None:
-        from sheetq.store.base import column_letter
+        from sheetq.sheet.store import column_letter
 
         width = len(self.grid(sheet)[0])
         with self.emulator._lock:  # a person's "insert 1 column right" widens the grid
@@ -248,7 +248,7 @@ class PgBook(Book):
         return PgStore(Settings(spreadsheet="", database_url=self.url))
 
     def grid(self, sheet: str) -> list[list[Any]]:
-        from sheetq.store.base import Read
+        from sheetq.sheet.store import Read
 
         store = self._store()
         try:
@@ -259,7 +259,7 @@ class PgBook(Book):
         return [header] + [[row.values.get(h, "") for h in header] for row in snapshot.rows]
 
     def set_cell(self, sheet: str, row: int, column: str, value: Any) -> None:
-        from sheetq.store.base import ChangeSet, UpdateRow
+        from sheetq.sheet.store import ChangeSet, UpdateRow
 
         task_id = self.records(sheet)[row - 2]["task_id"]
         store = self._store()

@@ -3,8 +3,7 @@
 Public API (the CLI and the runner use only these)::
 
     make_notifier(settings, verbose=0) -> Notifier       # for Runner(notifier=...)
-    deliver(items, info, settings) -> (AlertReport, Delivery)
-    owed_items(rows, store=, info=, settings=) -> list[AlertItem]
+    deliver(items, title, settings) -> (AlertReport, Delivery)
     send_test(settings) -> Delivery                       # sheetq alert --test
     check_telegram(settings) -> [(ok, what, how_to_fix)]  # sheetq doctor
 
@@ -23,30 +22,13 @@ from typing import TYPE_CHECKING, Any
 from sheetq.alerts.telegram import Delivery, Timeouts, clean, run_with_bot, secret_list
 
 if TYPE_CHECKING:
-    from sheetq.alerts.owed import AlertItem, AlertReport, Notifier
     from sheetq.config import Settings
-    from sheetq.queue import QueueRow
-    from sheetq.store.base import Store, WorkbookInfo
+    from sheetq.port import AlertItem, AlertReport, Notifier
 
-__all__ = ["Delivery", "check_telegram", "deliver", "make_notifier", "owed_items", "send_test"]
+__all__ = ["Delivery", "check_telegram", "deliver", "make_notifier", "send_test"]
 
 log = logging.getLogger("sheetq.alerts")
 _TOKEN_SHAPE = re.compile(r"^\d{5,}:[A-Za-z0-9_-]{30,}$")
-
-
-def owed_items(
-    rows: Sequence[QueueRow], *, store: Store, info: WorkbookInfo, settings: Settings
-) -> list[AlertItem]:
-    """Alerts owed by a scan: ``failed`` rows with an empty ``alerted_at``, auth first.
-
-    ``rows`` must come from a scan with ``queue.SCAN_COLUMNS`` (it needs ``last_error``).
-    Each item's ``link`` is ``store.link(...)`` (no request).
-    """
-    from sheetq.alerts.owed import owed
-
-    return owed(
-        rows, link=lambda row, task_id: store.link(info, settings.queue_sheet, row, task_id)
-    )
 
 
 def _template(settings: Settings, notes: list[str]) -> Any:
@@ -60,7 +42,7 @@ def _template(settings: Settings, notes: list[str]) -> Any:
 
 
 def deliver(
-    items: Sequence[AlertItem], info: WorkbookInfo, settings: Settings
+    items: Sequence[AlertItem], title: str, settings: Settings
 ) -> tuple[AlertReport, Delivery]:
     """Send one message reporting ``items``; the report's ``covered`` ids are to be marked.
 
@@ -72,8 +54,8 @@ def deliver(
     """
     from sheetq.alerts.message import build_message
     from sheetq.alerts.mirror_links import link_mirror_rows
-    from sheetq.alerts.owed import AlertReport
     from sheetq.alerts.telegram import send_message
+    from sheetq.port import AlertReport
 
     notes: list[str] = []
     if not items:
@@ -83,7 +65,7 @@ def deliver(
     message = build_message(
         items,
         queue=settings.queue_sheet,
-        spreadsheet=info.title,
+        spreadsheet=title,
         template=_template(settings, notes),
         secrets=secret_list(tg),
         sheet_edits=not settings.database_url or bool(settings.spreadsheet),
@@ -107,11 +89,11 @@ def make_notifier(settings: Settings, *, verbose: int = 0) -> Notifier:
     The returned callable never raises (a failed send leaves every alert owed and says
     why in ``AlertReport.notes``). ``verbose`` ≥ 2 also logs the message text at DEBUG.
     """
-    from sheetq.alerts.owed import AlertReport
+    from sheetq.port import AlertReport
 
-    def notify(items: list[AlertItem], info: WorkbookInfo) -> AlertReport:
+    def notify(items: list[AlertItem], title: str) -> AlertReport:
         try:
-            report, delivery = deliver(items, info, settings)
+            report, delivery = deliver(items, title, settings)
         except Exception as exc:  # alerts must never break a process run
             text = clean(f"{type(exc).__name__}: {exc}", settings.telegram)
             return AlertReport([], [f"alerts not sent ({text}); they stay owed"])

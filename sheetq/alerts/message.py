@@ -27,7 +27,7 @@ from sheetq.errors import ConfigError
 from sheetq.redact import redact, shorten
 
 if TYPE_CHECKING:
-    from sheetq.alerts.owed import AlertItem
+    from sheetq.port import AlertItem
 
 MAX_CHARS = 4096  # Telegram's limit for one message, in code points after markup
 HTML_ERROR_CHARS = 300  # per row, before escaping

@@ -15,8 +15,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from sheetq.alerts.owed import AlertItem
     from sheetq.config import Settings
+    from sheetq.port import AlertItem
 
 log = logging.getLogger("sheetq.alerts")
 
@@ -27,8 +27,8 @@ def link_mirror_rows(items: Sequence[AlertItem], settings: Settings) -> list[Ale
     queue's own store, are left as they are)."""
     if not (settings.database_url and settings.spreadsheet) or not items:
         return list(items)
-    from sheetq.store import open_store
-    from sheetq.store.base import Read
+    from sheetq.sheet import open_store
+    from sheetq.sheet.store import Read
 
     try:
         store = open_store(replace(settings, database_url=""))

@@ -1,4 +1,4 @@
-"""What every command needs: settings, the store, the clock. Built on first use."""
+"""What every command needs: settings, the queue, the clock. Built on first use."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from sheetq.errors import ConfigError
 if TYPE_CHECKING:
     from sheetq.config import Settings
     from sheetq.port import QueuePort
-    from sheetq.store.base import Store
 
 
 @dataclass
@@ -25,9 +24,8 @@ class Context:
     verbose: int = 0
     quiet: bool = False
     _settings: Settings | None = None
-    _store: Store | None = None
     _clock: Clock | None = None
-    stores: list[Store] = field(default_factory=list)
+    queues: list[QueuePort] = field(default_factory=list)  # opened: closed at exit
 
     def settings(self, *, require_spreadsheet: bool = True) -> Settings:
         if self._settings is None or (
@@ -45,35 +43,23 @@ class Context:
             )
         return self._settings
 
-    def store(
-        self, *, create: bool = False, time_limit: float | None = None, time_limit_name: str = ""
-    ) -> Store:
-        """The store, opened on first use (``time_limit``: see ``open_store``)."""
-        if self._store is None:
-            from sheetq.store import open_store
-
-            self._store = open_store(
-                self.settings(),
-                create=create,
-                time_limit=time_limit,
-                time_limit_name=time_limit_name,
-            )
-            self.stores.append(self._store)
-        return self._store
-
     def queue(
         self, *, create: bool = False, time_limit: float | None = None, time_limit_name: str = ""
     ) -> QueuePort:
-        """The queue port (``sheetq.port.open_queue``) over this context's store, which it
-        opens on first use with these arguments (see ``store``)."""
-        from sheetq.port import open_queue
+        """The queue these settings name (``sheetq.backends.open_queue``), closed at exit;
+        nothing is opened until a method needs it (``create``, ``time_limit``: see there)."""
+        from sheetq.backends import open_queue
 
-        return open_queue(
-            self.settings(),
-            store=lambda: self.store(
-                create=create, time_limit=time_limit, time_limit_name=time_limit_name
-            ),
+        queue = open_queue(
+            self.settings(), create=create, time_limit=time_limit, time_limit_name=time_limit_name
         )
+        self.queues.append(queue)
+        return queue
+
+    def keep(self, queue: QueuePort) -> QueuePort:
+        """Close ``queue`` at exit too (a command's second queue: ``migrate``'s source)."""
+        self.queues.append(queue)
+        return queue
 
     def clock(self) -> Clock:
         if self._clock is None:
@@ -85,9 +71,9 @@ class Context:
         return random.Random(int(seed)) if seed and seed.isdigit() else random.Random()
 
     def close(self) -> None:
-        for store in self.stores:
-            store.close()
-        self.stores.clear()
+        for queue in self.queues:
+            queue.close()
+        self.queues.clear()
 
 
 def clock_from_env() -> Clock:

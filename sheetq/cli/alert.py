@@ -47,25 +47,7 @@ def alert(
     if test:
         _test(settings, as_json)
         return
-    from filelock import Timeout
-
-    from sheetq.runner import host_lock as host_lock_for
-
-    host_lock = host_lock_for(settings)
-    try:
-        host_lock.acquire()
-    except Timeout:
-        _report(
-            as_json,
-            {"owed": None, "sent": False, "alerted": 0, "locked": True},
-            "a sheetq process run on this host holds this queue; it sends the owed "
-            "alerts when it finishes",
-        )
-        return
-    try:
-        _send_owed(settings, as_json)
-    finally:
-        host_lock.release()
+    _send_owed(settings, as_json)
 
 
 def _report(as_json: bool, doc: dict[str, Any], line: str) -> None:
@@ -95,73 +77,53 @@ def _test(settings: Settings, as_json: bool) -> None:
 
 
 def _send_owed(settings: Settings, as_json: bool) -> None:
-    """Open 1 + scan 1 + mark 1 request: the DESIGN.md §6 budget for sending owed alerts."""
-    from sheetq.alerts import deliver, owed_items
-    from sheetq.alerts.owed import FRESH_POSITIONS, mark_alerted
+    """The queue's owed alerts, sent and marked through the port (``send_alerts``)."""
+    from sheetq.alerts import deliver
     from sheetq.cli.app import state
-    from sheetq.errors import StoreError
-    from sheetq.model import new_run_id
-    from sheetq.queue import SCAN_COLUMNS, parse_rows
-    from sheetq.schema import check_schema
-    from sheetq.store.base import Read
-    from sheetq.times import zone
+    from sheetq.port import AlertItem
 
-    store = state.store()
-    info = store.open()
-    check_schema(info, settings)
-    clock = state.clock()
-    (snap,) = store.read([Read(settings.queue_sheet, SCAN_COLUMNS)])
-    scanned_at = clock.monotonic()
-    items = owed_items(
-        parse_rows(snap.rows, zone(info.time_zone), info.locale),
-        store=store,
-        info=info,
-        settings=settings,
-    )
-    if not items:
+    def send(items: list[AlertItem], title: str) -> Any:
+        return deliver(items, title, settings)
+
+    outcome = state.queue().send_alerts(send, clock=state.clock())
+    if outcome.owed is None:
+        _report(
+            as_json, {"owed": None, "sent": False, "alerted": 0, "locked": True}, outcome.locked
+        )
+        return
+    if not outcome.owed:
         _report(
             as_json,
-            {"owed": 0, "sent": False, "alerted": 0, "notes": [], "requests": store.requests_made},
+            {"owed": 0, "sent": False, "alerted": 0, "notes": [], "requests": outcome.requests},
             "no alerts owed",
         )
         return
-    report, delivery = deliver(items, info, settings)
+    report, delivery = outcome.report, outcome.delivery
+    assert report is not None and delivery is not None
     for note in report.notes:
         warn(note)
+    covered = len(report.covered)
     doc: dict[str, Any] = {
-        "owed": len(items),
+        "owed": outcome.owed,
         "sent": delivery.sent,
-        "alerted": len(report.covered),
+        "alerted": covered if outcome.marked else 0,
         "message_id": delivery.message_id,
         "plain": delivery.plain,
         "new_chat_id": delivery.new_chat_id,
         "problem": delivery.problem,
         "notes": report.notes,
-        "requests": store.requests_made,
+        "requests": outcome.requests,
     }
     if not delivery.sent:
         _report(
             as_json,
             doc,
-            f"{len(items)} alert(s) owed; NOT sent (Telegram: "
+            f"{outcome.owed} alert(s) owed; NOT sent (Telegram: "
             f"{delivery.problem}); the next run tries again",
         )
         raise typer.Exit(EXIT_FAILURE)
-    covered = set(report.covered)
-    changes = mark_alerted(
-        [i for i in items if i.task_id in covered],
-        settings=settings,
-        now=clock.now(),
-        run_id=new_run_id("alert"),
-    )
-    # Located with the scan if it was read moments ago, else afresh; verified after.
-    fresh = clock.monotonic() - scanned_at <= FRESH_POSITIONS
-    try:
-        store.apply(changes, baseline=(snap,) if fresh else ())
-    except StoreError as exc:
-        warn(f"alert sent but alerted_at not written ({exc.message}); it may be sent again")
-        doc["alerted"], doc["requests"] = 0, store.requests_made
-        _report(as_json, doc, f"sent 1 message for {len(covered)} failed row(s); not marked")
-        raise typer.Exit(EXIT_FAILURE) from None
-    doc["requests"] = store.requests_made
-    _report(as_json, doc, f"sent 1 message for {len(covered)} failed row(s); alerted_at written")
+    if not outcome.marked:
+        warn(f"alert sent but alerted_at not written ({outcome.mark_error}); it may be sent again")
+        _report(as_json, doc, f"sent 1 message for {covered} failed row(s); not marked")
+        raise typer.Exit(EXIT_FAILURE)
+    _report(as_json, doc, f"sent 1 message for {covered} failed row(s); alerted_at written")

@@ -9,8 +9,10 @@ import typer
 from sheetq.cli._output import echo, emit_json, warn
 from sheetq.errors import UsageError
 
+TASK_IDS_SHOWN = 1000  # at most this many task ids in the --json document
+
 if TYPE_CHECKING:
-    from sheetq.archive import ArchiveReport
+    from sheetq.port import ArchiveReport
 
 LOCK_WAIT = 30.0  # seconds to wait for a `process` run on this host to finish
 
@@ -51,7 +53,6 @@ def archive(
 
       sheetq archive --log-older-than 90d
     """
-    from sheetq.archive import TASK_IDS_SHOWN
     from sheetq.cli.app import state
     from sheetq.times import format_ts, parse_duration
 

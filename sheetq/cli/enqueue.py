@@ -229,7 +229,7 @@ def enqueue(
         when = f", not before {tasks[0].not_before:%Y-%m-%dT%H:%M:%SZ}" if not_before else ""
         if not_before and config.policy.max_age is not None:
             # max_age counts from when the task is due: its creation or its not-before time,
-            # whichever is later (sheetq.queue, step 3)
+            # whichever is later (sheetq.sheet.plan, step 3)
             due = max(not_before, state.clock().now())
             expires = due + timedelta(seconds=config.policy.max_age)
             when += f"; expires unrun after {expires:%Y-%m-%dT%H:%M:%SZ}"

@@ -26,14 +26,13 @@ def status(
 
       sheetq status --json | jq .counts.failed
     """
-    from sheetq.cells import cell_usage
     from sheetq.cli.app import state
     from sheetq.times import format_duration, format_ts, zone
 
     settings = state.settings()
     clock = state.clock()
     report = state.queue().status(clock=clock)
-    info, tally, gone, now = report.info, report.tally, report.gone, report.now
+    tally, gone, now, cells = report.tally, report.gone, report.now, report.cells
     counts, by_type, strange, oldest = tally.counts, tally.by_type, tally.strange, tally.oldest
     due, owed, without_handler = tally.due, tally.owed, tally.without_handler
     unrecognised, unparseable = tally.unrecognised, tally.unparseable
@@ -43,15 +42,7 @@ def status(
             f"due (DESIGN.md §2): {', '.join(unparseable[:5])}"
             + (" …" if len(unparseable) > 5 else "")
         )
-    tz = zone(info.time_zone)
-    cells = cell_usage(
-        info,
-        (settings.queue_sheet, settings.log_sheet, settings.archive_sheet),
-        settings.queue_sheet,
-        settings.log_sheet,
-        tally.created,
-        now,
-    )
+    tz = zone(report.time_zone)
     if cells is not None and cells.warn:
         full_when = (
             f"at the rate of the last 7 days it is full around {format_ts(cells.full_at)}"
@@ -112,7 +103,7 @@ def status(
         + [tally.total]
     )
     table(
-        f"{settings.queue_sheet} in {info.title}",
+        f"{settings.queue_sheet} in {report.title}",
         ["type", *STATUS_ORDER, *extra, "total"],
         body,
         justify_right=tuple(range(1, len(STATUS_ORDER) + len(extra) + 2)),

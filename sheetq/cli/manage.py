@@ -13,8 +13,7 @@ from sheetq.wording import places
 
 if TYPE_CHECKING:
     from sheetq.model import Status
-    from sheetq.port import ChangeReport
-    from sheetq.queue import QueueRow
+    from sheetq.port import ChangeReport, TaskState
 
 
 def init(
@@ -139,8 +138,10 @@ def skip(
     )
 
 
-def _held(row: QueueRow) -> str:
-    until = row.raw.values.get("lease_until") or "unknown"
+def _held(row: TaskState) -> str:
+    if row.held:
+        return row.held
+    until = row.lease_until or "unknown"
     return (
         f"a run is working on it (lease_owner {row.lease_owner or '?'}, lease until {until}); "
         "a task is never taken from its runner: wait, or after a crash let the next "
@@ -148,7 +149,7 @@ def _held(row: QueueRow) -> str:
     )
 
 
-def _status_words(row: QueueRow) -> str:
+def _status_words(row: TaskState) -> str:
     text = row.status_text.strip()
     if row.status is None:
         return f"its status {text!r} is not one sheetq knows" if text else "its status is empty"
@@ -156,7 +157,7 @@ def _status_words(row: QueueRow) -> str:
 
 
 def _why_not_requeued(
-    row: QueueRow, statuses: list[Status], types: Sequence[str], error_classes: Sequence[str]
+    row: TaskState, statuses: list[Status], types: Sequence[str], error_classes: Sequence[str]
 ) -> str:
     """Why ``requeue`` left this named task alone, in words a person can act on."""
     from sheetq.model import Status
@@ -177,7 +178,7 @@ def _why_not_requeued(
     return "it did not match the filters"
 
 
-def _why_not_skipped(row: QueueRow) -> str:
+def _why_not_skipped(row: TaskState) -> str:
     """Why ``skip`` left this named task alone."""
     from sheetq.model import Status
 
@@ -209,7 +210,7 @@ def _report(
     task_ids: Sequence[str],
     dry_run: bool,
     as_json: bool,
-    why: Callable[[QueueRow], str],
+    why: Callable[[TaskState], str],
 ) -> None:
     """Report a change to named or filtered rows. Named tasks that were not changed are
     reported one by one with the reason; if none of them was, exit 2."""

@@ -11,9 +11,7 @@ from sheetq.cli._output import echo, emit_json, warn
 from sheetq.errors import EXIT_USAGE, ConfigError
 
 if TYPE_CHECKING:
-    from sheetq.config import Settings
-    from sheetq.migrate import Source
-    from sheetq.postgres.migrate import Written
+    from sheetq.migrate import Source, Written
 
 REFUSALS_SHOWN = 20  # refused rows listed in the human summary (all of them in --json)
 
@@ -47,17 +45,10 @@ def migrate(
     """
     from dataclasses import replace
 
+    from sheetq.backends import open_queue, open_sheet
     from sheetq.cli.app import state
     from sheetq.config import check_database_url
-    from sheetq.migrate import check_quiet, prepare
     from sheetq.model import new_run_id
-    from sheetq.postgres.connection import describe
-    from sheetq.postgres.migrate import write
-    from sheetq.runner import lease_expiry, lease_name
-    from sheetq.schema import check_schema
-    from sheetq.store import open_store
-    from sheetq.store.base import Read, Row
-    from sheetq.times import zone
 
     to = to.strip()
     check_database_url(to, source="--to")
@@ -67,53 +58,20 @@ def migrate(
             "sheetq migrate copies from a spreadsheet: set SHEETQ_SPREADSHEET (or pass "
             "--spreadsheet) to the Google Sheets URL or key, or local:PATH, of the queue to move"
         )
+    destination = state.keep(open_queue(replace(settings, database_url=to)))
     if settings.database_url and settings.database_url != to:
+        named = open_queue(settings).where
         warn(
-            f"SHEETQ_DATABASE_URL / --database-url names {describe(settings.database_url)}; "
-            f"migrate writes to --to, {describe(to)}"
+            f"SHEETQ_DATABASE_URL / --database-url names {named}; "
+            f"migrate writes to --to, {destination.where}"
         )
-    source_settings: Settings = replace(settings, database_url="")
-    store = open_store(source_settings)
-    state.stores.append(store)
-    info = store.open()
-    check_schema(info, source_settings)
-    titles = [settings.queue_sheet, settings.log_sheet]
-    optional = [settings.archive_sheet, settings.log_archive_sheet]
-    present = [t for t in optional if t in info.sheets]
-    if settings.archive_sheet in present:
-        check_schema(info, source_settings, archive=True)
-    snapshots = {s.worksheet: s.rows for s in store.read([Read(t) for t in titles + present])}
-    tz = zone(info.time_zone)
-    now = state.clock().now()
-    token = info.leases.get(lease_name(settings.queue_sheet))
-    check_quiet(
-        info,
-        snapshots[settings.queue_sheet],
-        lease_name=lease_name(settings.queue_sheet),
-        lease_until=lease_expiry(token) if token else None,
-        now=now,
-        tz=tz,
-        locale=info.locale,
-    )
-
-    def sheet(title: str) -> tuple[str, list[Row]]:
-        return (title, snapshots[title])
-
-    source = prepare(
-        queue=sheet(settings.queue_sheet),
-        log=sheet(settings.log_sheet),
-        archive=sheet(settings.archive_sheet) if settings.archive_sheet in present else None,
-        log_archive=(
-            sheet(settings.log_archive_sheet) if settings.log_archive_sheet in present else None
-        ),
-        tz=tz,
-        locale=info.locale,
-    )
-    written = write(to, settings, source, now=now, run_id=new_run_id("migrate"))
+    clock = state.clock()
+    source = state.keep(open_sheet(settings)).export(clock=clock)
+    written = destination.absorb(source, now=clock.now(), run_id=new_run_id("migrate"))
     if as_json:
         emit_json(document(source, written))
     else:
-        _summary(source, written, describe(to), settings.queue_sheet)
+        _summary(source, written, destination.where, settings.queue_sheet)
     if source.refused:
         raise typer.Exit(EXIT_USAGE)
 

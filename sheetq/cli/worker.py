@@ -67,11 +67,7 @@ def worker(
     if every < 0.1:
         raise UsageError(f"--poll: {poll!r} is shorter than 0.1s")
     settings = state.settings()
-    if not settings.database_url:
-        raise UsageError(
-            "sheetq worker needs PostgreSQL: set SHEETQ_DATABASE_URL (or --database-url); "
-            "on a spreadsheet, run `sheetq process` from cron instead"
-        )
+    queue = state.queue()
     quiet = quiet or state.quiet
     _check_types(types or (), settings)
     notifier = None
@@ -83,11 +79,9 @@ def worker(
     elif not quiet:
         missing = "TELEGRAM_BOT_TOKEN" if not settings.telegram.token else "TELEGRAM_CHAT_ID"
         alerts_off = f"alerts are off: {missing} is not set; failed tasks stay owed"
-    from sheetq.postgres.worker import PgWorker
     from sheetq.summary import summary_line
 
-    runner = PgWorker(
-        settings,
+    runner = queue.worker(
         clock=state.clock(),
         rng=state.rng(),
         notifier=notifier,

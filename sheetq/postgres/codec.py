@@ -10,7 +10,7 @@ from typing import Any
 
 from sheetq.errors import InputError
 from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS
-from sheetq.store.base import CellValue, cell_text
+from sheetq.sheet.store import CellValue, cell_text
 from sheetq.times import format_ts, parse_ts
 
 TIME_COLUMNS = frozenset(

@@ -9,8 +9,8 @@ from typing import Any
 import psycopg
 from psycopg.rows import tuple_row
 
+from sheetq.checks import Check, fine, problem
 from sheetq.config import Settings
-from sheetq.doctor import Check, fine, problem
 from sheetq.errors import SheetqError
 from sheetq.postgres import schema
 from sheetq.postgres.connection import connect, describe, explain

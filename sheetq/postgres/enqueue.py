@@ -16,10 +16,11 @@ from typing import Any
 import psycopg
 
 from sheetq.config import Settings
-from sheetq.enqueue import Enqueued, KnownKey, NewTask, plan_enqueue
+from sheetq.enqueue import Enqueued, KnownKey, NewTask
 from sheetq.model import Status, new_run_id
 from sheetq.postgres import schema
 from sheetq.postgres.store import PgStore
+from sheetq.sheet.enqueue import plan_enqueue
 
 _LOOKUP = """
 SELECT idempotency_key, task_id, payload_hash, status, archived FROM (

@@ -8,7 +8,7 @@ A turn is one transaction of four round trips, however many tasks it carries:
    still ``processing`` under this run's ``lease_owner``), and locks the rows to claim
    (``FOR UPDATE SKIP LOCKED``: leases that ran out, then the oldest due tasks), each with
    the task that holds its idempotency key in ``sheetq_keys``;
-3. after ``sheetq.queue.plan_batch`` has planned the locked rows in Python (the shared
+3. after ``sheetq.sheet.plan.plan_batch`` has planned the locked rows in Python (the shared
    policy), one statement that writes the plan's row updates and every log row of the turn
    (the settled outcomes' and the claims', in order);
 4. ``COMMIT``.
@@ -38,8 +38,8 @@ from sheetq.config import Settings
 from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS
 from sheetq.postgres import queue as pgq
 from sheetq.postgres.codec import INT_COLUMNS, TIME_COLUMNS, to_db
-from sheetq.queue import BatchPlan
-from sheetq.store.base import ChangeSet, UpdateRow
+from sheetq.sheet.plan import BatchPlan
+from sheetq.sheet.store import ChangeSet, UpdateRow
 
 if TYPE_CHECKING:
     from sheetq.postgres.store import PgStore

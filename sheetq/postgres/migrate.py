@@ -21,7 +21,6 @@ Rows go through ``COPY`` into temporary tables, then one ``INSERT … SELECT`` p
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -30,42 +29,13 @@ from psycopg import sql
 
 from sheetq.config import Settings
 from sheetq.errors import SchemaError
-from sheetq.migrate import KeyPlan, Source, settle_keys
+from sheetq.migrate import Source, Written, settle_keys
 from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS
 from sheetq.postgres import schema
 from sheetq.postgres.codec import to_db
 from sheetq.postgres.connection import connect, explain
 
 _IDENTITY = ("task_id", "ts", "event", "run_id", "message")
-
-
-@dataclass
-class Copied:
-    """Counts per kind of row: ``tasks``, ``log``, ``archive``, ``log_archive``."""
-
-    tasks: int = 0
-    log: int = 0
-    archive: int = 0
-    log_archive: int = 0
-
-    def as_json(self) -> dict[str, int]:
-        return {
-            "tasks": self.tasks,
-            "log": self.log,
-            "archive": self.archive,
-            "log_archive": self.log_archive,
-        }
-
-
-@dataclass
-class Written:
-    """What one migration wrote: ``copied`` and ``already_present`` counts, the schema
-    migrations it ran, and the key decisions for the tasks it copied."""
-
-    copied: Copied = field(default_factory=Copied)
-    already_present: Copied = field(default_factory=Copied)
-    schema_lines: list[str] = field(default_factory=list)
-    keys: KeyPlan = field(default_factory=KeyPlan)
 
 
 def write(url: str, settings: Settings, source: Source, *, now: datetime, run_id: str) -> Written:

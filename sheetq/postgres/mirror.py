@@ -24,7 +24,7 @@ from sheetq.mirror import OPEN, Texts, Written
 from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS
 from sheetq.postgres.codec import TIME_COLUMNS, values_from_record
 from sheetq.postgres.store import PgStore
-from sheetq.store.base import CellValue, ChangeSet
+from sheetq.sheet.store import CellValue, ChangeSet
 
 
 def _text_columns() -> sql.Composable:

@@ -2,7 +2,7 @@
 ``FOR UPDATE SKIP LOCKED``, outcomes fenced by the lease, and the one-at-a-time alert digest.
 
 The SQL only chooses and locks rows; what happens to them is the shared pure policy of
-``sheetq.queue``: ``claim`` turns the locked rows into ``QueueRow``s and runs
+``sheetq.sheet.plan``: ``claim`` turns the locked rows into ``QueueRow``s and runs
 ``plan_batch`` over exactly those (recovery per ``on_unknown``, reconcile claims, max age
 expiry, a person's requeues, the claims and their log rows), then applies its change set in
 the same transaction. Any number of runs and workers on any number of hosts share a queue:
@@ -26,11 +26,11 @@ from sheetq.config import Settings
 from sheetq.errors import StoreError
 from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS, Event
 from sheetq.postgres.codec import INT_COLUMNS, TIME_COLUMNS, to_db, values_from_record
-from sheetq.queue import BatchPlan, log_row, parse_rows, plan_batch
-from sheetq.store.base import AppendRow, ChangeSet, Row, UpdateRow, WorkbookInfo
+from sheetq.sheet.plan import BatchPlan, log_row, parse_rows, plan_batch
+from sheetq.sheet.store import AppendRow, ChangeSet, Row, UpdateRow, WorkbookInfo
 
 if TYPE_CHECKING:
-    from sheetq.alerts.owed import AlertItem, AlertReport
+    from sheetq.port import AlertItem, AlertReport
     from sheetq.postgres.store import PgStore
 
 RECOVER_LIMIT = 100  # expired leases recovered per claim transaction (the rest: next claim)
@@ -118,7 +118,7 @@ def claim_in(
 
     Locks (``FOR UPDATE SKIP LOCKED``) the ``processing`` rows whose lease ran out (up to
     ``RECOVER_LIMIT``) and the oldest due ``pending``/``retry`` rows of runnable types (up
-    to ``batch_size``), plans them with ``sheetq.queue.plan_batch`` and applies the plan:
+    to ``batch_size``), plans them with ``sheetq.sheet.plan.plan_batch`` and applies the plan:
     recoveries, expiries, requeues and the claims with their log rows commit together.
     Returns the plan; its claims carry whole rows (``payload_json`` included). With
     ``dry_run`` nothing is locked or written. ``types``: only these (``--type``)."""
@@ -213,7 +213,7 @@ def plan_rows(
     rng: random.Random,
     key_holders: Mapping[str, str],
 ) -> BatchPlan:
-    """Plan locked task rows (database records) with ``sheetq.queue.plan_batch``.
+    """Plan locked task rows (database records) with ``sheetq.sheet.plan.plan_batch``.
     ``key_holders``: key → the task that holds it in ``sheetq_keys``; a row whose key
     another task holds (a loser that ``sheetq migrate`` brought over) is skipped as a
     duplicate, never run."""
@@ -320,7 +320,7 @@ class _Missed(Exception):
 
 
 def settle(store: PgStore, changes: ChangeSet, run_id: str) -> bool:
-    """Commit one task's outcome (``sheetq.queue.complete``'s change set) if the row still
+    """Commit one task's outcome (``sheetq.sheet.plan.complete``'s change set) if the row still
     carries ``run_id``'s lease, in one transaction (``settle_in``). Returns ``False`` when
     it did not (the lease ran out and another run recovered the task)."""
     with store.transaction() as conn:
@@ -328,7 +328,7 @@ def settle(store: PgStore, changes: ChangeSet, run_id: str) -> bool:
 
 
 def release(store: PgStore, changes: ChangeSet, run_id: str) -> bool:
-    """Give back claimed tasks that did not start (``sheetq.queue.release``'s change set),
+    """Give back claimed tasks that did not start (``sheetq.sheet.plan.release``'s change set),
     fenced like ``settle``. ``False``: another run holds them now; nothing is written."""
     with store.transaction() as conn:
         return settle_in(store, conn, [(changes, False)], run_id)[0]
@@ -598,7 +598,7 @@ def send_owed_alerts(
     *,
     settings: Settings,
     info: WorkbookInfo,
-    notifier: Callable[[list[AlertItem], WorkbookInfo], AlertReport],
+    notifier: Callable[[list[AlertItem], str], AlertReport],
     now: Callable[[], datetime],
     run_id: str,
 ) -> tuple[int, int, list[str]]:
@@ -608,9 +608,9 @@ def send_owed_alerts(
     One transaction holds the queue's alert lock (``pg_try_advisory_xact_lock``; busy: another
     run is sending, return at once) and the owed rows (``failed``, ``alerted_at`` empty,
     locked like claims) while the notifier sends; the rows it covered get ``alerted_at`` and
-    an ``alerted`` log row (``sheetq.alerts.owed.mark_alerted``) in the same transaction.
+    an ``alerted`` log row (``sheetq.port.mark_alerted``) in the same transaction.
     Returns (alerts sent, alerts still owed, notes)."""
-    from sheetq.alerts.owed import mark_alerted, owed
+    from sheetq.sheet.alerts import mark_alerted, owed
 
     with store.transaction() as conn:
         got = conn.execute(
@@ -631,7 +631,7 @@ def send_owed_alerts(
         )
         if not items:
             return 0, 0, []
-        report = notifier(items, info)
+        report = notifier(items, info.title)
         covered = set(report.covered)
         if covered:
             store.apply_in(

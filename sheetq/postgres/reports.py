@@ -1,6 +1,6 @@
 """``status``, ``list``, ``show`` and ``stats`` on PostgreSQL, computed in SQL (DESIGN.md §11).
 
-Each gives the numbers the shared Python gives over every row (``sheetq.tally``,
+Each gives the numbers the shared Python gives over every row (``sheetq.sheet.tally``,
 ``sheetq.stats.compute``, the filters of ``sheetq.cli.inspect``), so the ``--json``
 documents are identical (``row`` is ``null``); ``tests/postgres/test_reports_sql.py``
 compares both over random queues. The SQL groups and filters; the text rules (a type or a
@@ -25,12 +25,12 @@ import psycopg
 
 from sheetq.config import Settings
 from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS, WAITING, Status
+from sheetq.port import QueueTally
 from sheetq.postgres.codec import values_from_record
 from sheetq.postgres.store import LOG_ID, PgStore
-from sheetq.queue import STATUS_COLUMNS, parse_rows
+from sheetq.sheet.plan import STATUS_COLUMNS, QueueRow, parse_rows
+from sheetq.sheet.store import Row, Store
 from sheetq.stats import Sample, Stats
-from sheetq.store.base import Row, Store
-from sheetq.tally import QueueTally
 
 # Python's str.strip() removes exactly these characters (``str.isspace``); btrim(x, WS)
 # does the same in SQL (tests/postgres/test_reports_sql.py checks the list).
@@ -66,9 +66,11 @@ def _pg(store: Store) -> PgStore:
 # --- status ------------------------------------------------------------------------------
 
 
-def status_tally(store: Store, settings: Settings, now: datetime) -> QueueTally:
+def status_tally(
+    store: Store, settings: Settings, now: datetime
+) -> tuple[QueueTally, list[QueueRow]]:
     """``sheetq status``'s counts by ``GROUP BY type, status`` (one statement), plus the
-    ``processing`` rows only (for ``sheetq.held``). The schema's CHECK admits only §3
+    ``processing`` rows only (for ``sheetq.sheet.held``). The schema's CHECK admits only §3
     statuses and typed times, so nothing is unrecognised or unparseable here."""
     store = _pg(store)
     due_before = now.replace(microsecond=0) + timedelta(seconds=1)  # trunc(t) <= now
@@ -77,7 +79,8 @@ def status_tally(store: Store, settings: Settings, now: datetime) -> QueueTally:
         _utc(conn)
         groups = conn.execute(
             "SELECT type, status, count(*) AS n,"
-            " min(created_at) FILTER (WHERE status IN ('pending', 'retry')) AS oldest,"
+            " min(greatest(created_at, next_retry_at)) FILTER (WHERE status IN ('pending', 'retry')"
+            "   AND greatest(created_at, next_retry_at) < %(due)s) AS oldest,"
             " count(*) FILTER (WHERE status = 'retry'"
             "   AND (next_retry_at IS NULL OR next_retry_at < %(due)s)) AS due,"
             " count(*) FILTER (WHERE status = 'failed' AND alerted_at IS NULL) AS owed"
@@ -108,8 +111,7 @@ def status_tally(store: Store, settings: Settings, now: datetime) -> QueueTally:
     if oldest is not None:
         tally.oldest = max(0.0, (now - oldest).total_seconds())
     rows = [Row(i, values_from_record(r, STATUS_COLUMNS)) for i, r in enumerate(processing, 2)]
-    tally.processing = parse_rows(rows, UTC, "en_US")
-    return tally
+    return tally, parse_rows(rows, UTC, "en_US")
 
 
 # --- list and show -----------------------------------------------------------------------

@@ -30,13 +30,13 @@ from sheetq.execute import Executor
 from sheetq.model import new_run_id
 from sheetq.postgres import hotpath
 from sheetq.postgres import queue as pgq
-from sheetq.queue import BatchPlan, Claim, complete, release
-from sheetq.store.base import ChangeSet, UpdateRow, WorkbookInfo
+from sheetq.sheet.plan import BatchPlan, Claim, complete, release
+from sheetq.sheet.store import ChangeSet, UpdateRow, WorkbookInfo
 from sheetq.summary import RunOptions, RunSummary
 from sheetq.times import format_ts
 
 if TYPE_CHECKING:
-    from sheetq.alerts.owed import Notifier
+    from sheetq.port import Notifier
     from sheetq.postgres.store import PgStore
 
 log = logging.getLogger("sheetq.runner")
@@ -146,7 +146,7 @@ class PgTasks:
         self.settled(claim, False, pgq.release(store, changes, self.run_id))
 
     def release_changes(self, claim: Claim, reason: str) -> ChangeSet:
-        """The change set giving ``claim`` back unstarted (``sheetq.queue.release``)."""
+        """The change set giving ``claim`` back unstarted (``sheetq.sheet.plan.release``)."""
         log.info("released %s: %s", claim.row.task_id, reason)
         return release(
             claim, now=self.clock.now(), run_id=self.run_id, reason=reason, settings=self.settings
@@ -176,7 +176,7 @@ class PgTasks:
         """Run one claimed task (or decide to give it back unstarted: its circuit opened, its
         lease would run out first, or ``stopping()`` says so before the handler starts) and
         return what to write, unwritten: ``(changes, refuse)``, ``refuse`` true for a
-        finished attempt (``sheetq.queue.complete``), false for a release."""
+        finished attempt (``sheetq.sheet.plan.complete``), false for a release."""
         row = claim.row
         config = self.settings.type_config(row.type)
         reason = self.executor.cannot_start(row, config, lease_until, out_of_time=False)

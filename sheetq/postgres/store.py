@@ -1,4 +1,4 @@
-"""``PgStore``: the worksheet-shaped ``Store`` port (``sheetq.store.base``) over PostgreSQL.
+"""``PgStore``: the worksheet-shaped ``Store`` port (``sheetq.sheet.store``) over PostgreSQL.
 
 The Queue, QueueLog, QueueArchive and QueueLogArchive "worksheets" of one queue are the
 rows of ``sheetq_tasks``, ``sheetq_log``, ``sheetq_archive`` and ``sheetq_log_archive``
@@ -30,7 +30,7 @@ from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS
 from sheetq.postgres import schema
 from sheetq.postgres.codec import INT_COLUMNS, TIME_COLUMNS, to_db, values_from_record
 from sheetq.postgres.connection import connect, describe, explain
-from sheetq.store.base import (
+from sheetq.sheet.store import (
     ApplyResult,
     BlockMoved,
     ChangeSet,
@@ -239,7 +239,7 @@ class PgStore:
         """Apply ``changes`` planned from ``read`` (a fresh read of Queue) in one transaction,
         each Queue row only while its status is still the one read: a task a worker claimed
         or a person requeued meanwhile is left alone and reported ``missing``, with its log
-        rows (``sheetq.store.base.apply_as_read``)."""
+        rows (``sheetq.sheet.store.apply_as_read``)."""
         expect = {
             str(row.values["task_id"]): str(row.values["status"])
             for snap in read

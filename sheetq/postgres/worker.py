@@ -42,12 +42,12 @@ from sheetq.model import new_run_id
 from sheetq.postgres import hotpath
 from sheetq.postgres.runner import PgTasks
 from sheetq.postgres.store import PgStore
-from sheetq.queue import Claim
-from sheetq.store.base import ChangeSet
+from sheetq.sheet.plan import Claim
+from sheetq.sheet.store import ChangeSet
 from sheetq.summary import RunOptions, RunSummary
 
 if TYPE_CHECKING:
-    from sheetq.alerts.owed import Notifier
+    from sheetq.port import Notifier
 
 log = logging.getLogger("sheetq.worker")
 

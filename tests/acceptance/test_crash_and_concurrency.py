@@ -167,7 +167,7 @@ def test_installed_entry_point_and_locked_line(book: Book, tmp_path: Path) -> No
     from filelock import FileLock
 
     from sheetq.config import load_settings
-    from sheetq.runner import lock_path
+    from sheetq.sheet.runner import lock_path
 
     settings = load_settings()
     path = lock_path(settings)

@@ -81,7 +81,7 @@ class Batch:
         return path.read_text().split() if path.exists() else []
 
     def journal(self) -> Any:
-        from sheetq.journal import Journal, JournalState
+        from sheetq.sheet.journal import Journal, JournalState
 
         found = list(self.locks.glob("*.journal"))
         return Journal(found[0]).load() if found else JournalState()

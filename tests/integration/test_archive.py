@@ -219,10 +219,11 @@ def test_live_lease_blocks_and_stale_lease_is_cleared(
 ) -> None:
     """While a `process` run holds the queue's lease nothing moves (exit 0, one line); a
     lease whose run died is removed by the archive write."""
+    sheet_only(book, "PostgreSQL has no run lease: archive and workers share the queue by row")
     from sheetq.config import load_settings
-    from sheetq.runner import lease_name, lease_token
-    from sheetq.store import open_store
-    from sheetq.store.base import ChangeSet, LeaseChange
+    from sheetq.sheet import open_store
+    from sheetq.sheet.runner import lease_name, lease_token
+    from sheetq.sheet.store import ChangeSet, LeaseChange
 
     ids = _mixed(book, tmp_path, monkeypatch)
     now = T0 + timedelta(days=40)
@@ -253,7 +254,7 @@ def test_process_run_on_this_host_makes_archive_wait_then_give_up(
 
     from sheetq.cli import archive as archive_cli
     from sheetq.config import load_settings
-    from sheetq.runner import lock_path
+    from sheetq.sheet.runner import lock_path
 
     _mixed(book, tmp_path, monkeypatch)
     monkeypatch.setattr(archive_cli, "LOCK_WAIT", 0.05)
@@ -295,7 +296,7 @@ def test_failed_write_changes_nothing(
         r = run_cli(["archive", "--older-than", "30d"])
     else:
         from sheetq.errors import StoreError
-        from sheetq.store.sqlite import SqliteStore
+        from sheetq.sheet.sqlite import SqliteStore
 
         real = SqliteStore._append
         calls = {"n": 0}
@@ -339,10 +340,10 @@ def test_failure_between_writes_is_finished_by_a_second_run(
 ) -> None:
     """Rows split over several atomic writes; the 2nd write fails: exit 1 naming the rows
     already moved; running again moves the rest, and no task is lost or doubled."""
-    from sheetq import archive as archive_lib
     from sheetq.errors import StoreUnavailable
-    from sheetq.store.google import GoogleStore
-    from sheetq.store.sqlite import SqliteStore
+    from sheetq.sheet import archive as archive_lib
+    from sheetq.sheet.google import GoogleStore
+    from sheetq.sheet.sqlite import SqliteStore
 
     sheet_only(book, "PostgreSQL archives in one transaction: there is no second write")
     ids = _mixed(book, tmp_path, monkeypatch)

@@ -54,7 +54,7 @@ def test_formula_cells_are_formulas_and_labels_are_data(gbook: GoogleBook) -> No
     gbook.set_cell("Queue", 3, "type", '=IMPORTXML("http://x","//a")')
     out = build()
     assert "Dashboard: built" in out and "types listed:" in out
-    from sheetq.store.base import column_letter
+    from sheetq.sheet.store import column_letter
 
     grid = formulas(gbook)
     kinds = {"formulaValue": 0, "data": 0}
@@ -172,7 +172,7 @@ def test_local_backend_builds_nothing(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setenv("SHEETQ_SPREADSHEET", book.spreadsheet)
     r = run_cli(["init", "--dashboard"])
     assert r.code == 0 and "needs Google Sheets" in r.stdout
-    from sheetq.store.sqlite import SqliteStore
+    from sheetq.sheet.sqlite import SqliteStore
 
     store = SqliteStore(book.path)
     assert set(store.open().sheets) == {"Queue", "QueueLog", "QueueArchive", "QueueLogArchive"}
@@ -184,7 +184,7 @@ def test_local_backend_builds_nothing(tmp_path: Path, monkeypatch: pytest.Monkey
 
 def test_utc_offsets_follow_daylight_saving() -> None:
     """The offset table: one row for UTC; Kyiv's 2026 DST changes at local 04:00 and 03:00."""
-    from sheetq.dashboard import OFFSET_YEARS, utc_offsets
+    from sheetq.sheet.dashboard import OFFSET_YEARS, utc_offsets
 
     now = datetime(2026, 6, 1, tzinfo=UTC)
     assert utc_offsets("UTC", now) == [(datetime(2025, 1, 1), 0.0)]
@@ -196,7 +196,7 @@ def test_utc_offsets_follow_daylight_saving() -> None:
 
 def test_criteria_and_titles_are_escaped() -> None:
     """A type with wildcards or quotes matches only itself; titles double their quotes."""
-    from sheetq.dashboard import _equals, quote
+    from sheetq.sheet.dashboard import _equals, quote
 
     assert _equals('a*b?c~"d') == '"=a~*b~?c~~""d"'
     assert quote("Jon's Queue") == "'Jon''s Queue'"

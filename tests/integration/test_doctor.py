@@ -190,9 +190,9 @@ def test_live_lease_is_reported(book: Book) -> None:
     from datetime import UTC, datetime, timedelta
 
     from sheetq.config import load_settings
-    from sheetq.runner import lease_name, lease_token
-    from sheetq.store import open_store
-    from sheetq.store.base import ChangeSet, LeaseChange
+    from sheetq.sheet import open_store
+    from sheetq.sheet.runner import lease_name, lease_token
+    from sheetq.sheet.store import ChangeSet, LeaseChange
 
     store = open_store(load_settings())
     store.open()

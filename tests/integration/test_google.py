@@ -188,8 +188,8 @@ def test_open_with_gives_what_open_and_read_give(gbook: GoogleBook) -> None:
     text stays text (spaces, leading zeros, '=1+1'), numbers and booleans stay typed, empty
     cells in the middle and rows without keys keep their row numbers."""
     from sheetq.config import load_settings
-    from sheetq.enqueue import key_reads, open_for_enqueue
-    from sheetq.store import open_store
+    from sheetq.sheet import open_store
+    from sheetq.sheet.enqueue import key_reads, open_for_enqueue
 
     def typed(values: dict[str, Any]) -> dict[str, tuple[str, Any]]:
         kinds = {int: "number", float: "number", bool: "bool", str: "text"}
@@ -244,7 +244,7 @@ def test_writes_are_data_never_parsed(gbook: GoogleBook) -> None:
     row = gbook.row_of(task)
     assert json.loads(row["payload_json"]) == payload
     column = gbook.grid("Queue")[0].index("payload_json")
-    from sheetq.store.base import column_letter
+    from sheetq.sheet.store import column_letter
 
     cell = gbook.emulator.cell(gbook.key, "Queue", f"{column_letter(column)}{row['_row']}")
     assert "stringValue" in cell["userEnteredValue"]
@@ -376,7 +376,7 @@ def test_run_lease_is_a_named_range_compare_and_set(gbook: GoogleBook, tmp_path:
     replaced; the lease is released at the end of the run."""
     from datetime import UTC, datetime, timedelta
 
-    from sheetq.runner import lease_name, lease_token
+    from sheetq.sheet.runner import lease_name, lease_token
 
     emu = gbook.emulator
     _ok_config(tmp_path)

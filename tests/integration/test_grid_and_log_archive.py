@@ -187,9 +187,9 @@ def test_log_archive_in_several_writes_and_a_failure_between_them_is_finished_by
     """Small writes: the block goes in several atomic writes; a failure after the first
     leaves the rest in QueueLog, and running again moves them without doubling a row."""
     _old_and_new_log(monkeypatch)
-    monkeypatch.setattr("sheetq.log_archive.MAX_WRITE_BYTES", 1200)
-    import sheetq.store.google as google_store
-    import sheetq.store.sqlite as sqlite_store
+    monkeypatch.setattr("sheetq.sheet.log_archive.MAX_WRITE_BYTES", 1200)
+    import sheetq.sheet.google as google_store
+    import sheetq.sheet.sqlite as sqlite_store
 
     calls = {"n": 0}
     for module, cls in ((google_store, "GoogleStore"), (sqlite_store, "SqliteStore")):

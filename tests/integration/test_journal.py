@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from sheetq.journal import Journal
 from sheetq.model import Status
-from sheetq.queue import Claim, QueueRow
-from sheetq.store.base import AppendRow, ChangeSet, Row, UpdateRow
+from sheetq.sheet.journal import Journal
+from sheetq.sheet.plan import Claim, QueueRow
+from sheetq.sheet.store import AppendRow, ChangeSet, Row, UpdateRow
 from tests.conftest import LocalBook, run_cli, write_config
 
 
@@ -73,8 +73,8 @@ def local(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> LocalBook:
 
 def _journal_of(tmp_path: Path) -> Journal:
     from sheetq.config import load_settings
-    from sheetq.journal import journal_path
-    from sheetq.runner import lock_path
+    from sheetq.sheet.journal import journal_path
+    from sheetq.sheet.runner import lock_path
 
     path = journal_path(lock_path(load_settings()))
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -120,7 +120,7 @@ def test_init_adopts_original_nine_columns_and_keeps_manager_columns(
     and deduplicate; a manager's own column survives every command."""
     if not empty_book.spreadsheet.startswith("local:"):
         pytest.skip("seeded through the local store; the Google variant lives in its own tests")
-    from sheetq.store.sqlite import SqliteStore
+    from sheetq.sheet.sqlite import SqliteStore
 
     store = SqliteStore(empty_book.spreadsheet[6:], create=True)
     store.ensure_worksheets(
@@ -227,7 +227,7 @@ def test_init_leaves_twin_rows_without_task_id_for_a_person(empty_book: Book) ->
     `init` adopts the others, leaves those two as they are and says what to type."""
     if not empty_book.spreadsheet.startswith("local:"):
         pytest.skip("seeded through the local store")
-    from sheetq.store.sqlite import SqliteStore
+    from sheetq.sheet.sqlite import SqliteStore
 
     store = SqliteStore(empty_book.spreadsheet[6:], create=True)
     store.ensure_worksheets({"Queue": QUEUE_COLUMNS[:9]})

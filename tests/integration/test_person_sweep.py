@@ -670,7 +670,7 @@ def _move(column: str, to: int) -> Callable[[Ctx], None]:
 
 
 def _letter(index: int) -> str:
-    from sheetq.store.base import column_letter
+    from sheetq.sheet.store import column_letter
 
     return column_letter(index)
 

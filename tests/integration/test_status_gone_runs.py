@@ -42,9 +42,9 @@ def _hold(book: Book, run_id: str, until: datetime, *types: str) -> list[str]:
 
 def _set_lease(book: LocalBook, expires: datetime) -> None:
     """What a live run holds: the queue's run lease, expiring with its rows' lease_until."""
-    from sheetq.runner import lease_name, lease_token
-    from sheetq.store.base import ChangeSet, LeaseChange
-    from sheetq.store.sqlite import SqliteStore
+    from sheetq.sheet.runner import lease_name, lease_token
+    from sheetq.sheet.sqlite import SqliteStore
+    from sheetq.sheet.store import ChangeSet, LeaseChange
 
     store = SqliteStore(book.path)
     try:

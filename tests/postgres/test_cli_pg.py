@@ -187,7 +187,7 @@ def test_status_counts_a_live_lease_as_running_and_an_expired_one_as_gone(
     running worker's (not listed as held by a gone run); once its lease has passed, it is."""
     from sheetq.config import Settings
     from sheetq.postgres.store import PgStore
-    from sheetq.store.base import ChangeSet, UpdateRow
+    from sheetq.sheet.store import ChangeSet, UpdateRow
 
     task = run_cli(["enqueue", "job", "{}", "--json"]).json()["task_id"]
     store = PgStore(Settings(spreadsheet="", database_url=pg_url))

@@ -190,9 +190,9 @@ def test_refuses_while_a_run_holds_the_lease(
     local: LocalBook, dest: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A run lease not yet expired: exit 2, a line saying until when, nothing copied."""
-    from sheetq.runner import lease_name, lease_token
-    from sheetq.store.base import ChangeSet, LeaseChange
-    from sheetq.store.sqlite import SqliteStore
+    from sheetq.sheet.runner import lease_name, lease_token
+    from sheetq.sheet.sqlite import SqliteStore
+    from sheetq.sheet.store import ChangeSet, LeaseChange
 
     _enqueue("ok", {"n": 1})
     store = SqliteStore(local.path)

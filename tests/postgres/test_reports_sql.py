@@ -118,7 +118,7 @@ def _load(url: str, seed: int) -> dict[str, list[str]]:
                 for row in rows:
                     cp.write_row(["Queue", *(row[c] for c in cols)])
         if rng.random() < 0.5:  # a live run lease whose expiry matches one run's rows
-            from sheetq.runner import lease_name, lease_token
+            from sheetq.sheet.runner import lease_name, lease_token
 
             expires = rng.choice([NOW + timedelta(minutes=5), NOW - timedelta(minutes=5)])
             conn.execute(

@@ -13,9 +13,9 @@ from sheetq.model import Status
 from sheetq.postgres import hotpath
 from sheetq.postgres import queue as pgq
 from sheetq.postgres.store import PgStore
-from sheetq.queue import Claim, complete
 from sheetq.retry import Decision
-from sheetq.store.base import ChangeSet
+from sheetq.sheet.plan import Claim, complete
+from sheetq.sheet.store import ChangeSet
 from tests.conftest import PgBook, run_cli, write_config
 
 pytestmark = pytest.mark.postgres

@@ -15,7 +15,7 @@ from sheetq.alerts.message import (
     parse_template,
     probe_message,
 )
-from sheetq.alerts.owed import AlertItem
+from sheetq.port import AlertItem
 from tests.fakes.telegram_fake import parse_entities
 
 TOKEN = "123456:TEST-token_abcdefghijklmnopqrstuvwxyz012345"

@@ -6,8 +6,9 @@ import json
 from datetime import UTC, datetime
 
 from sheetq.config import Settings
-from sheetq.enqueue import KnownKey, NewTask, append_bytes, plan_enqueue
+from sheetq.enqueue import KnownKey, NewTask
 from sheetq.idempotency import canonical_json, payload_hash
+from sheetq.sheet.enqueue import append_bytes, plan_enqueue
 
 NOW = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 SETTINGS = Settings(spreadsheet="local:x.db")

@@ -11,8 +11,8 @@ from sheetq.clock import FakeClock
 from sheetq.config import Settings, load_settings
 from sheetq.execute import Executed, Executor
 from sheetq.model import ErrorClass, Event, Status
-from sheetq.queue import QueueRow
-from sheetq.store.base import Row
+from sheetq.sheet.plan import QueueRow
+from sheetq.sheet.store import Row
 from sheetq.summary import RunSummary
 from tests.conftest import handler_script
 
@@ -231,7 +231,7 @@ def test_execute_imports_no_driver() -> None:
         "import sys, sheetq.execute\n"
         "roots = ('gspread', 'sqlite3', '_sqlite3', 'psycopg', 'telegram')\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in roots\n"
-        "             or m.startswith('sheetq.store.google') or m == 'sheetq.runner'))\n"
+        "             or m.startswith('sheetq.sheet.google') or m == 'sheetq.sheet.runner'))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

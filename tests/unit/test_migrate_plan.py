@@ -11,8 +11,9 @@ import pytest
 
 from sheetq.config import Settings
 from sheetq.errors import UsageError
-from sheetq.migrate import Source, check_quiet, prepare, settle_keys
-from sheetq.store.base import Row, WorkbookInfo
+from sheetq.migrate import Source, prepare, settle_keys
+from sheetq.sheet.engine import _check_quiet
+from sheetq.sheet.store import Row, Snapshot, WorkbookInfo
 from sheetq.times import zone
 
 NOW = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
@@ -130,11 +131,10 @@ def test_key_winner_is_the_earliest_or_the_holder() -> None:
 def test_quiet_check_refuses_live_leases_only() -> None:
     """Processing rows under a future lease refuse; an expired one does not."""
     expired = _task(1, status="processing", lease_until="2026-01-05T08:00:00Z")
-    check_quiet(INFO, [expired], lease_name="l", lease_until=None, now=NOW, tz=UTC, locale="en_US")
+    settings = Settings(spreadsheet="local:q.db")
+    _check_quiet(INFO, Snapshot("Queue", (), [expired]), settings, NOW)
     live = _task(2, status="Processing", lease_until="2026-01-05T10:00:00Z")
     with pytest.raises(
         UsageError, match=r"1 task\(s\) are processing .* until 2026-01-05T10:00:00Z"
     ):
-        check_quiet(
-            INFO, [expired, live], lease_name="l", lease_until=None, now=NOW, tz=UTC, locale="en_US"
-        )
+        _check_quiet(INFO, Snapshot("Queue", (), [expired, live]), settings, NOW)

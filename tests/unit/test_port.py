@@ -1,4 +1,4 @@
-"""The queue port (DESIGN.md §10): one protocol, two implementations, picked in one place."""
+"""The queue port: one protocol, two implementations, picked in one place."""
 
 from __future__ import annotations
 
@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from sheetq.backends import open_queue
 from sheetq.clock import FixedClock
 from sheetq.config import load_settings
 from sheetq.enqueue import prepare
 from sheetq.errors import StoreUnavailable
-from sheetq.port import QueuePort, open_queue
-from sheetq.sheet_queue import SheetQueue
+from sheetq.port import QueuePort
+from sheetq.sheet.engine import SheetQueue
 
 NOW = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 UNREACHABLE = "postgresql://sheetq@127.0.0.1:1/nowhere"  # port 1: refused at once
@@ -41,7 +42,7 @@ def test_open_queue_picks_the_sheet_engine_for_a_local_workbook(tmp_path: Path) 
 
 def test_open_queue_picks_postgres_for_a_database_url_and_connects_lazily() -> None:
     """A postgresql:// URL gives a PgQueue satisfying QueuePort; it connects on first use."""
-    from sheetq.postgres.port import PgQueue
+    from sheetq.postgres.engine import PgQueue
 
     settings = load_settings(database_url=UNREACHABLE, env={})
     queue = open_queue(settings)
@@ -53,7 +54,7 @@ def test_open_queue_picks_postgres_for_a_database_url_and_connects_lazily() -> N
 
 
 @pytest.mark.parametrize(
-    "module, name", [("sheetq.sheet_queue", "SheetQueue"), ("sheetq.postgres.port", "PgQueue")]
+    "module, name", [("sheetq.sheet.engine", "SheetQueue"), ("sheetq.postgres.engine", "PgQueue")]
 )
 def test_both_queues_have_every_port_method_with_its_parameters(module: str, name: str) -> None:
     """Each implementation defines every QueuePort method with the protocol's parameters."""
@@ -72,7 +73,7 @@ def test_both_queues_have_every_port_method_with_its_parameters(module: str, nam
 def test_cli_start_up_imports_no_backend_library() -> None:
     """Importing the CLI (and the port) loads neither psycopg nor gspread."""
     code = (
-        "import sys, sheetq.cli.app, sheetq.port, sheetq.sheet_queue; "
+        "import sys, sheetq.cli.app, sheetq.port, sheetq.sheet.engine; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('psycopg', 'gspread')))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -104,7 +105,7 @@ def test_sheet_queue_enqueues_once_and_reports_through_the_port(tmp_path: Path) 
 def test_pg_queue_enqueues_once_and_reports_through_the_port(pg_url: str) -> None:
     """Through PgQueue on a migrated database: enqueue twice (enqueued, duplicate), status
     counts one pending, show finds it, rows have no position."""
-    from sheetq.postgres.port import PgQueue
+    from sheetq.postgres.engine import PgQueue
 
     settings = load_settings(database_url=pg_url, env={})
     queue = open_queue(settings)
@@ -120,4 +121,4 @@ def test_pg_queue_enqueues_once_and_reports_through_the_port(pg_url: str) -> Non
         shown = queue.show(results[0].task_id)
         assert [sheet for sheet, _ in shown.found] == [settings.queue_sheet]
     finally:
-        queue.store.close()
+        queue.close()

@@ -8,8 +8,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from sheetq.sheet.store import Row
 from sheetq.stats import UNRECORDED, compute, percentile, sparkline, timeline
-from sheetq.store.base import Row
 from sheetq.times import format_ts
 
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)

@@ -2,7 +2,7 @@
 
 A manager sees the numbers without any sheetq run: counts by type × status, rows still
 owed an alert, the oldest waiting task and its age, done and failed in the last 24 hours,
-success rates. These formulas (``sheetq.store.base.Formula``) are the only formula cells
+success rates. These formulas (``sheetq.sheet.store.Formula``) are the only formula cells
 sheetq writes; labels are data.
 
 * Columns are found by header name when the dashboard is built, then referenced by
@@ -32,8 +32,8 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
 from sheetq.config import Settings
-from sheetq.store import is_local
-from sheetq.store.base import (
+from sheetq.sheet import is_local
+from sheetq.sheet.store import (
     CellValue,
     ChangeSet,
     Formula,

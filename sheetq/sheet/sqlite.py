@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sheetq.errors import LeaseConflict, SchemaError, StoreError
-from sheetq.store.base import (
+from sheetq.sheet.store import (
     AppendRow,
     ApplyResult,
     BlockMoved,

@@ -40,8 +40,9 @@ from json.encoder import encode_basestring_ascii
 from sheetq.config import Settings
 from sheetq.errors import LeaseConflict, StoreError
 from sheetq.model import LOG_COLUMNS, Event, Status
-from sheetq.queue import QueueRow, as_int, log_row, parse_rows
-from sheetq.store.base import (
+from sheetq.port import ArchiveReport
+from sheetq.sheet.plan import QueueRow, as_int, log_row, parse_rows
+from sheetq.sheet.store import (
     AppendRow,
     CellValue,
     ChangeSet,
@@ -51,13 +52,11 @@ from sheetq.store.base import (
     Read,
     Store,
     WorkbookInfo,
-    apply_as_read,
     cell_text,
 )
 from sheetq.times import parse_ts, zone
 
 MAX_WRITE_BYTES = 9_000_000  # estimated batchUpdate JSON per write; Google's cap is 10,485,760
-TASK_IDS_SHOWN = 1000  # at most this many task ids in the report
 ARCHIVABLE = (Status.DONE, Status.SKIPPED)
 
 # Sizes of the JSON the Google adapter sends (gspread: json.dumps, ", " and ": " separators).
@@ -272,28 +271,6 @@ def put_back(
 # --- the run, through the storage port --------------------------------------------------
 
 
-@dataclass
-class ArchiveReport:
-    """What a run moved (or would move) and what it left alone."""
-
-    dry_run: bool
-    cutoff: datetime
-    by_status: Counter[str] = field(default_factory=Counter)
-    task_ids: list[str] = field(default_factory=list)
-    dropped_columns: set[str] = field(default_factory=set)
-    already_archived: list[str] = field(default_factory=list)
-    ambiguous: list[str] = field(default_factory=list)
-    undated: list[str] = field(default_factory=list)
-    vanished: list[str] = field(default_factory=list)
-    put_back: list[str] = field(default_factory=list)
-    writes: int = 0
-    locked: str = ""
-
-    @property
-    def archived(self) -> int:
-        return sum(self.by_status.values())
-
-
 def run_archive(
     store: Store,
     info: WorkbookInfo,
@@ -314,7 +291,7 @@ def run_archive(
     each write carries a lease check, so it also fails, changing nothing, if a run took
     the lease meanwhile. A ``StoreError`` after some writes names how many rows moved.
     """
-    from sheetq.runner import lease_expiry
+    from sheetq.sheet.runner import lease_expiry
 
     tz, locale = zone(info.time_zone), info.locale
     report = ArchiveReport(dry_run, now - timedelta(seconds=older_than))
@@ -370,9 +347,7 @@ def run_archive(
         first = False
         try:
             # planned from a read made moments ago: it locates the rows for the write
-            result = apply_as_read(
-                store, chunk.changes, (queue_snap,), baseline=(queue_snap, archive_snap)
-            )
+            result = store.apply(chunk.changes, baseline=(queue_snap, archive_snap))
             logged.update(r.task_id for r in chunk.rows)
             if result.misplaced:
                 back = put_back(result.misplaced, settings=settings, now=now, run_id=run_id)

@@ -22,10 +22,10 @@ widths of those grids. ``full_at`` is when the used cells reach the limit at tha
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sheetq.store.base import WorkbookInfo
+from sheetq.port import CellUsage
+from sheetq.sheet.store import WorkbookInfo
 
 CELL_LIMIT = (
     10_000_000  # cells per Google spreadsheet (https://support.google.com/drive/answer/37603)
@@ -33,24 +33,6 @@ CELL_LIMIT = (
 WARN_AT = 0.8  # `status` warns from this share of the limit
 RATE_WINDOW = timedelta(days=7)
 LOG_ROWS_PER_TASK = 3  # enqueued, claimed, done: a task that succeeds at its first attempt
-
-
-@dataclass(frozen=True)
-class CellUsage:
-    """Cells used (a floor, see the module doc), the limit, the share used, and when the
-    limit is reached at the current rate (``None``: no tasks in the window)."""
-
-    used: int
-    limit: int
-    full_at: datetime | None
-
-    @property
-    def percent(self) -> float:
-        return round(100.0 * self.used / self.limit, 1)
-
-    @property
-    def warn(self) -> bool:
-        return self.used >= WARN_AT * self.limit
 
 
 def cell_usage(
@@ -77,4 +59,4 @@ def cell_usage(
         per_second = recent * per_task / RATE_WINDOW.total_seconds()
         left = max(0, CELL_LIMIT - used)
         full_at = now + timedelta(seconds=left / per_second)
-    return CellUsage(used, CELL_LIMIT, full_at)
+    return CellUsage(used, CELL_LIMIT, full_at, WARN_AT)

@@ -40,20 +40,8 @@ from sheetq.errors import (
     StoreUnavailable,
     UsageError,
 )
-from sheetq.store.base import (
-    BlockMoved,
-    CellValue,
-    Read,
-    Row,
-    SheetInfo,
-    Snapshot,
-    WorkbookInfo,
-    cell_text,
-    column_letter,
-    row_identity,
-)
-from sheetq.store.google_auth import GOOGLE_API, credentials_for, session_for, spreadsheet_key
-from sheetq.store.google_cells import (
+from sheetq.sheet.google_auth import GOOGLE_API, credentials_for, session_for, spreadsheet_key
+from sheetq.sheet.google_cells import (
     _cell_data,
     _column_spans,
     _columns,
@@ -66,7 +54,19 @@ from sheetq.store.google_cells import (
     _Sheet,
     quote_title,
 )
-from sheetq.store.google_writes import VerifiedWrites
+from sheetq.sheet.google_writes import VerifiedWrites
+from sheetq.sheet.store import (
+    BlockMoved,
+    CellValue,
+    Read,
+    Row,
+    SheetInfo,
+    Snapshot,
+    WorkbookInfo,
+    cell_text,
+    column_letter,
+    row_identity,
+)
 
 if TYPE_CHECKING:
     from sheetq.config import Settings
@@ -810,7 +810,7 @@ class GoogleStore(VerifiedWrites):
 
     def format_worksheets(self, queue: str, log: str, archive: str) -> list[str]:
         """Frozen headers, status drop-down, colours, warning-only protection, widths."""
-        from sheetq.store.google_format import format_requests
+        from sheetq.sheet.google_format import format_requests
 
         meta = self._metadata(
             {

@@ -37,8 +37,8 @@ from typing import Any
 
 from sheetq.config import Settings
 from sheetq.model import Status
-from sheetq.queue import Claim, QueueRow, release
-from sheetq.store.base import AppendRow, ChangeSet, UpdateRow
+from sheetq.sheet.plan import Claim, QueueRow, release
+from sheetq.sheet.store import AppendRow, ChangeSet, UpdateRow
 from sheetq.times import format_ts
 
 VERSION = 1

@@ -12,65 +12,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, tzinfo
-from typing import Any
+from datetime import datetime
 
 from sheetq.config import Settings
 from sheetq.model import Status
-from sheetq.queue import QueueRow
-
-
-def will_do(settings: Settings, task_type: str) -> str:
-    """What §5 step 2 does with a lost outcome of this type: ``retry``, ``reconcile`` or
-    ``fail`` (a ``reconcile`` type without a reconcile check fails)."""
-    config = settings.type_config(task_type)
-    if config.on_unknown == "reconcile" and config.reconcile is None:
-        return "fail"
-    return config.on_unknown
-
-
-@dataclass
-class HeldGroup:
-    """``count`` processing rows under ``run_id``, whose run is gone."""
-
-    run_id: str
-    count: int
-    lease_until: datetime | None  # the latest lease_until of its rows (None: unreadable)
-    expired: bool  # recovered by the next run
-    on_unknown: dict[str, str] = field(default_factory=dict)  # type → retry/reconcile/fail
-    by_type: dict[str, int] = field(default_factory=dict)
-    journal: bool = False  # killed on this host: the next run here applies its journal first
-
-    def as_json(self, tz: tzinfo) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "count": self.count,
-            "lease_until": self.lease_until.astimezone(tz).isoformat()
-            if self.lease_until
-            else None,
-            "lease_expired": self.expired,
-            "on_unknown": self.on_unknown,
-            "by_type": self.by_type,
-            "host_journal": self.journal,
-        }
-
-    def line(self, tz: tzinfo) -> str:
-        """``10 processing under run R, lease ends 2026-01-05 03:12 CET (then …)``."""
-        plan = ", ".join(f"{t}: {a}" for t, a in self.on_unknown.items())
-        head = f"{self.count} processing under run {self.run_id or '(none)'}"
-        if self.journal:
-            return (
-                f"{head}, killed on this host: the next `sheetq process` here applies its "
-                "journal at once (finished outcomes written, unstarted tasks returned without "
-                f"an attempt, a task it was running recovered per on_unknown: {plan})"
-            )
-        if self.lease_until is None:
-            return f"{head}, lease unreadable: the next run recovers them per on_unknown ({plan})"
-        when = self.lease_until.astimezone(tz).strftime("%Y-%m-%d %H:%M %Z")
-        if self.expired:
-            return f"{head}, lease ended {when}: the next run recovers them per on_unknown ({plan})"
-        return f"{head}, lease ends {when} (then recovered per on_unknown: {plan})"
+from sheetq.policy import will_do
+from sheetq.port import HeldGroup
+from sheetq.sheet.plan import QueueRow
 
 
 def held_by_gone_runs(

@@ -1,55 +1,24 @@
-"""Owed alerts as data: which failures a person has not been told about yet, and the
-change that records that they were (DESIGN.md §9).
-
-A ``failed`` row with an empty ``alerted_at`` owes an alert: failed by ``process``, by
-expiry, or typed by a person. After a message covering it was accepted by Telegram,
-``alerted_at`` is written and an ``alerted`` QueueLog row appended, in one atomic change.
-No I/O here.
+"""Owed alerts on a sheet: which ``failed`` rows of a scan owe an alert, and the change set
+that records that a message covered them (``alerted_at`` and an ``alerted`` log row). Pure.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 
 from sheetq.config import Settings
 from sheetq.model import ErrorClass, Event, Status
-from sheetq.queue import QueueRow, log_row
-from sheetq.store.base import ChangeSet, UpdateRow, WorkbookInfo
+from sheetq.port import AlertItem
+from sheetq.sheet.plan import QueueRow, log_row
+from sheetq.sheet.store import ChangeSet, UpdateRow
 from sheetq.times import format_ts
 
 # A read older than this (seconds) is not used to locate the alert marks: they are located
-# afresh right before the write. Either way the write is verified right after (DESIGN.md
-# §5), so a sort can never leave alerted_at on the wrong row; a fresh read only keeps the
-# pre-image that a repair would put back current.
+# afresh right before the write. Either way the write is verified right after (a sort can
+# never leave alerted_at on the wrong row); a fresh read only keeps the pre-image that a
+# repair would put back current.
 FRESH_POSITIONS = 2.0
-
-
-@dataclass
-class AlertItem:
-    """One owed failure alert. ``row`` is where the task was last seen; ``link`` where a
-    person finds it (a URL for Google, the task id for local)."""
-
-    task_id: str
-    type: str
-    error_class: str
-    attempts: int
-    error: str
-    row: int
-    owner: str = ""
-    link: str = ""
-
-
-@dataclass
-class AlertReport:
-    """What the notifier did: ``covered`` task ids are to be marked ``alerted_at``."""
-
-    covered: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-
-Notifier = Callable[[list[AlertItem], WorkbookInfo], AlertReport]
 
 
 def owed(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from sheetq.config import Settings
 from sheetq.errors import SchemaError
 from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS
-from sheetq.store.base import WorkbookInfo
+from sheetq.sheet.store import WorkbookInfo
 
 
 def check_schema(info: WorkbookInfo, settings: Settings, *, archive: bool = False) -> None:

@@ -15,7 +15,7 @@ from sheetq.config import Settings
 from sheetq.errors import InputError
 from sheetq.idempotency import canonical_json, derive_key, parse_payload, payload_hash
 from sheetq.model import new_task_id
-from sheetq.store.base import CellValue, ChangeSet, Read, Store, UpdateRow, WorkbookInfo
+from sheetq.sheet.store import CellValue, ChangeSet, Read, Store, UpdateRow, WorkbookInfo
 from sheetq.times import format_ts
 
 _COLUMNS = (

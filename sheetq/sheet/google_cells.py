@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sheetq.store.base import (
+from sheetq.sheet.store import (
     CellValue,
     Formula,
     Read,

@@ -22,15 +22,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sheetq.alerts.owed import FRESH_POSITIONS, AlertItem, Notifier, mark_alerted
-from sheetq.alerts.owed import owed as owed_alerts
 from sheetq.clock import Clock
 from sheetq.config import Settings, TypeConfig
 from sheetq.errors import Interrupted, LeaseConflict, StoreError
 from sheetq.execute import Executor
-from sheetq.journal import Journal, journal_path, plan_recovery
 from sheetq.model import Status, new_run_id
-from sheetq.queue import (
+from sheetq.port import AlertItem, Notifier
+from sheetq.sheet.alerts import FRESH_POSITIONS, mark_alerted
+from sheetq.sheet.alerts import owed as owed_alerts
+from sheetq.sheet.journal import Journal, journal_path, plan_recovery
+from sheetq.sheet.plan import (
     SCAN_COLUMNS,
     BatchPlan,
     Claim,
@@ -40,8 +41,8 @@ from sheetq.queue import (
     plan_batch,
     release,
 )
-from sheetq.schema import check_schema
-from sheetq.store.base import (
+from sheetq.sheet.schema import check_schema
+from sheetq.sheet.store import (
     ApplyResult,
     ChangeSet,
     LeaseChange,
@@ -57,7 +58,7 @@ from sheetq.times import format_ts, zone
 log = logging.getLogger("sheetq.runner")
 
 # Re-exported: the run's options and summary live in ``sheetq.summary`` (shared with the
-# PostgreSQL worker); ``from sheetq.runner import RunOptions, summary_line`` keeps working.
+# PostgreSQL worker); ``from sheetq.sheet.runner import RunOptions, summary_line`` keeps working.
 __all__ = [
     "RunOptions",
     "RunSummary",
@@ -305,7 +306,7 @@ class Runner:
             return False
         self._seen_lease = None
         self._journal.clear()
-        self.summary.journal = recovery
+        self.summary.journal = recovery.as_json()
         self.summary.released += recovery.returned
         for note in recovery.notes:
             self._note(note)
@@ -431,7 +432,7 @@ class Runner:
         return True
 
     def _remember_plan_failures(self, plan: BatchPlan) -> None:
-        from sheetq.queue import as_int
+        from sheetq.sheet.plan import as_int
 
         for update in plan.changes.updates:
             if update.values.get("status") == Status.FAILED and update.key:
@@ -648,7 +649,7 @@ class Runner:
 
     def owed(self, rows: Sequence[QueueRow]) -> list[AlertItem]:
         """Owed alerts: failed rows of the last scan without ``alerted_at``, and this run's
-        failures (see ``sheetq.alerts.owed``)."""
+        failures (see ``sheetq.port``)."""
         items = owed_alerts(rows, link=lambda row, task_id: "", failures=self.executor.failures)
         for item in items:
             item.row = self._positions.get(item.task_id, item.row)
@@ -662,7 +663,7 @@ class Runner:
         self.summary.alerts_owed = len(owed)
         if not owed or self.notifier is None:
             return
-        report = self.notifier(owed, self.info)
+        report = self.notifier(owed, self.info.title)
         self.summary.notes.extend(report.notes)
         if not report.covered:
             return

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS, Status
-from sheetq.store.base import WorkbookInfo, column_letter
+from sheetq.sheet.store import WorkbookInfo, column_letter
 
 PROTECTION = "sheetq: written by sheetq — edit status or owner to steer a task"
 LOG_PROTECTION = "sheetq: audit log, append-only"

@@ -20,11 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, cast
+from typing import Protocol
 
 from sheetq.errors import SchemaError
 
-CellValue = str | int | float | bool | None
+# re-exported: the values a worksheet holds
+from sheetq.model import CellValue as CellValue
+from sheetq.model import Row as Row
+from sheetq.model import cell_text as cell_text
 
 
 class Formula(str):
@@ -107,29 +110,6 @@ class Read:
     worksheet: str
     columns: tuple[str, ...] | None = None
     rows: tuple[int, ...] | None = None
-
-
-def cell_text(value: CellValue) -> str:
-    """A cell as text: ``""`` for empty, ``TRUE``/``FALSE``, numbers without a needless ``.0``."""
-    if type(value) is str:
-        return value
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "TRUE" if value else "FALSE"
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
-
-
-@dataclass
-class Row:
-    number: int
-    values: dict[str, CellValue]
-
-    def text(self, column: str) -> str:
-        """The cell as text (see ``cell_text``)."""
-        return cell_text(self.values.get(column))
 
 
 @dataclass
@@ -370,27 +350,3 @@ class Store(Protocol):
     def link(self, info: WorkbookInfo, worksheet: str, row: int, task_id: str) -> str:
         """Where a person finds the row: a URL for Google, the task id for local."""
         ...
-
-
-def has_positions(store: object) -> bool:
-    """Whether the store's rows have sheet positions (row numbers a person sees): true for a
-    spreadsheet and the local workbook, false for PostgreSQL (``PgStore.has_positions``),
-    whose reports print ``row: null``."""
-    return bool(getattr(store, "has_positions", True))
-
-
-def apply_as_read(
-    store: Store,
-    changes: ChangeSet,
-    read: Sequence[Snapshot],
-    *,
-    baseline: Sequence[Snapshot] = (),
-) -> ApplyResult:
-    """``store.apply(changes, baseline=baseline)`` for changes planned from ``read``, a fresh
-    read of Queue. On PostgreSQL, where workers change rows at any moment and there is no run
-    lock, the change applies only to rows whose status is still the one read (a compare-and-
-    set); the rest come back ``missing`` (``PgStore.apply_as_read``)."""
-    guarded = getattr(store, "apply_as_read", None)
-    if guarded is not None:
-        return cast(ApplyResult, guarded(changes, read))
-    return store.apply(changes, baseline=baseline)

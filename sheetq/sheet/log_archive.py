@@ -21,26 +21,15 @@ header.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sheetq.archive import MAX_WRITE_BYTES, _row_bytes
 from sheetq.config import Settings
 from sheetq.errors import StoreError, UsageError
 from sheetq.model import LOG_COLUMNS
-from sheetq.store.base import Read, Row, Store, WorkbookInfo
+from sheetq.port import LogArchiveReport
+from sheetq.sheet.archive import MAX_WRITE_BYTES, _row_bytes
+from sheetq.sheet.store import Read, Row, Store, WorkbookInfo
 from sheetq.times import parse_ts, zone
-
-
-@dataclass
-class LogArchiveReport:
-    """Log rows moved (or, with ``dry_run``, that would move), writes, stray rows."""
-
-    cutoff: datetime
-    dry_run: bool
-    archived: int = 0
-    writes: int = 0
-    stray: int = 0
 
 
 def old_block(rows: list[Row], cutoff: datetime, info: WorkbookInfo, title: str) -> list[Row]:

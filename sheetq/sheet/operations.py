@@ -1,6 +1,6 @@
 """Operator commands as change sets: the dead-letter redrive (``requeue``) and ``skip``.
 
-Pure functions over parsed Queue rows (``sheetq.queue.parse_rows``); each changed row
+Pure functions over parsed Queue rows (``sheetq.sheet.plan.parse_rows``); each changed row
 gets its QueueLog row in the same change set.
 """
 
@@ -11,9 +11,9 @@ from datetime import datetime
 
 from sheetq.config import Settings
 from sheetq.model import Event, Status
-from sheetq.queue import QueueRow, log_row
 from sheetq.redact import shorten
-from sheetq.store.base import CellValue, ChangeSet, UpdateRow
+from sheetq.sheet.plan import QueueRow, log_row
+from sheetq.sheet.store import CellValue, ChangeSet, UpdateRow
 from sheetq.times import format_ts
 
 

@@ -1,9 +1,18 @@
-"""Storage: one narrow port (``base``) and its adapters (``sqlite``, ``google``, and
-``sheetq.postgres.store``).
+"""The sheet engine: the queue in a worksheet-shaped store (DESIGN.md §10).
 
-``open_store(settings)`` picks the adapter: ``SHEETQ_DATABASE_URL`` puts the queue in
-PostgreSQL; else ``SHEETQ_SPREADSHEET``: ``local:PATH`` is the embedded SQLite workbook,
-anything else a Google spreadsheet URL or key. Adapters are imported lazily: gspread is heavy.
+* ``store`` — the store protocol, shaped like what a spreadsheet offers (read columns,
+  apply one atomic change set, re-locate rows by ``task_id``), and its values;
+* ``google`` (+ ``google_*``) and ``sqlite`` — its two adapters: a Google spreadsheet
+  through gspread, and the embedded ``local:`` SQLite workbook;
+* ``plan``, ``operations``, ``archive``, ``log_archive``, ``adopt``, ``enqueue`` — the
+  planning functions: a snapshot in, a change set out, no I/O;
+* ``runner`` and ``journal`` — ``sheetq process`` on a sheet: pipelined batches under the
+  run lease, a host journal so that a kill loses no finished work;
+* ``engine`` — ``SheetQueue``, the queue port (``sheetq.port``) on all of the above.
+
+``open_store(settings)`` picks the adapter from ``SHEETQ_SPREADSHEET``: ``local:PATH`` is
+the embedded SQLite workbook, anything else a Google spreadsheet URL or key. Adapters are
+imported lazily: gspread is heavy.
 """
 
 from __future__ import annotations
@@ -14,7 +23,7 @@ from sheetq.errors import ConfigError
 
 if TYPE_CHECKING:
     from sheetq.config import Settings
-    from sheetq.store.base import Store
+    from sheetq.sheet.store import Store
 
 LOCAL_PREFIX = "local:"
 
@@ -34,15 +43,10 @@ def open_store(
 
     ``time_limit`` (seconds, ``enqueue``'s ``SHEETQ_ENQUEUE_TIMEOUT``, named in errors by
     ``time_limit_name``) bounds Google's requests and retries from now on, how long the
-    local backend waits for another writer's lock, and PostgreSQL's connect and wait for the
-    queue's lock."""
-    if settings.database_url:  # the queue lives in PostgreSQL (DESIGN.md §11)
-        from sheetq.postgres.store import PgStore
-
-        return PgStore(settings, time_limit=time_limit, time_limit_name=time_limit_name)
+    local backend waits for another writer's lock."""
     target = settings.spreadsheet
     if is_local(target):
-        from sheetq.store.sqlite import SqliteStore
+        from sheetq.sheet.sqlite import SqliteStore
 
         path = target[len(LOCAL_PREFIX) :].strip()
         if not path:
@@ -52,7 +56,7 @@ def open_store(
         if time_limit is None:
             return SqliteStore(path, create=create)
         return SqliteStore(path, create=create, timeout=time_limit)
-    from sheetq.store.google import GoogleStore
+    from sheetq.sheet.google import GoogleStore
 
     return GoogleStore.from_settings(
         settings, time_limit=time_limit, time_limit_name=time_limit_name

@@ -18,19 +18,7 @@ from sheetq.errors import (
     LeaseConflict,
     StoreError,
 )
-from sheetq.store.base import (
-    ApplyResult,
-    CellValue,
-    ChangeSet,
-    DeleteRow,
-    MoveRow,
-    Read,
-    Row,
-    Snapshot,
-    UpdateRow,
-    cell_text,
-)
-from sheetq.store.google_cells import (
+from sheetq.sheet.google_cells import (
     _ECHO_FIELDS,
     _blank,
     _cell_data,
@@ -48,6 +36,18 @@ from sheetq.store.google_cells import (
     _Sheet,
     _Written,
     quote_title,
+)
+from sheetq.sheet.store import (
+    ApplyResult,
+    CellValue,
+    ChangeSet,
+    DeleteRow,
+    MoveRow,
+    Read,
+    Row,
+    Snapshot,
+    UpdateRow,
+    cell_text,
 )
 
 REPAIR_ROUNDS = 3  # verify-and-repair rounds of one write before giving up

@@ -12,7 +12,7 @@ import random
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 from functools import cached_property
 from typing import Any
 
@@ -27,10 +27,11 @@ from sheetq.model import (
     Event,
     Status,
 )
+from sheetq.policy import due_since, expiry, is_due, log_values, recover, result_cut
 from sheetq.redact import printable, shorten
-from sheetq.retry import Decision, Outcome, decide
-from sheetq.store.base import AppendRow, CellValue, ChangeSet, Row, UpdateRow, cell_text
-from sheetq.times import Unparseable, exact_duration, format_ts, parse_ts
+from sheetq.retry import Decision
+from sheetq.sheet.store import AppendRow, CellValue, ChangeSet, Row, UpdateRow, cell_text
+from sheetq.times import Unparseable, format_ts, parse_ts
 
 # Columns a `process` scan needs: everything but the large text cells.
 SCAN_COLUMNS = (
@@ -154,6 +155,12 @@ class QueueRow:
         created = self.created
         return (created.replace(tzinfo=None) if created else _FAR_FUTURE, self.task_id)
 
+    def due_order(self) -> tuple[Any, str]:
+        """The claim order: longest due first (``sheetq.policy.due_since``), then
+        ``task_id``."""
+        since = due_since(self.created, self.next_retry_at)
+        return (since.astimezone(UTC).replace(tzinfo=None) if since else _FAR_FUTURE, self.task_id)
+
 
 def parse_rows(rows: Iterable[Row], tz: tzinfo, locale: str) -> list[QueueRow]:
     """Parse Queue rows; rows without a ``task_id`` are not tasks and are left out."""
@@ -179,20 +186,12 @@ def log_row(
     *,
     worksheet: str,
 ) -> AppendRow:
-    """One QueueLog row (DESIGN.md §2)."""
+    """One QueueLog row (``sheetq.policy.log_values``) appended to ``worksheet``."""
     return AppendRow(
         worksheet,
-        {
-            "ts": format_ts(now),
-            "task_id": task_id,
-            "type": task_type,
-            "event": str(event),
-            "status": str(status),
-            "retry_count": retry_count,
-            "message": shorten(printable(message), MAX_ERROR_CHARS),
-            "run_id": run_id,
-            "duration_ms": "" if duration_ms is None else duration_ms,
-        },
+        log_values(
+            now, task_id, task_type, event, status, retry_count, message, run_id, duration_ms
+        ),
     )
 
 
@@ -273,8 +272,7 @@ def _winners(rows: Sequence[QueueRow]) -> dict[str, QueueRow]:
 
 
 def _due(row: QueueRow, now: datetime) -> bool:
-    when = row.next_retry_at
-    return when is None or isinstance(when, Unparseable) or when <= now
+    return is_due(row.next_retry_at, now)
 
 
 def plan_batch(
@@ -350,7 +348,7 @@ def plan_batch(
                 if row.type not in blocked:
                     reconciles.append(row)
                 continue
-            decision = recover(row, config, now, rng)
+            decision = recover(row.retry_count, config, now, rng)
             change(row, **decision_values(decision, row, config))
             log(row, Event.RECOVERED, decision.status, decision.retry_count, decision.message)
             plan.recovered += 1
@@ -381,19 +379,8 @@ def plan_batch(
             plan.invalid_times.append(f"{row.task_id}: next_retry_at {row.next_retry_at.text!r}")
         # Step 3: too old to be worth running. Age counts from when the task became due:
         # its creation, or its not-before time (a delayed task, a backoff, a requeue).
-        times = [t for t in (row.created, row.next_retry_at) if isinstance(t, datetime)]
-        due_since = max(times) if times else None
-        if (
-            config.policy.max_age is not None
-            and due_since is not None
-            and now - due_since > timedelta(seconds=config.policy.max_age)
-        ):
-            age = (now - due_since).total_seconds()
-            age = round(age / 60) * 60 if age >= 60 else age  # to the minute: "1h10m"
-            message = (
-                f"expired: due for {exact_duration(age)} without running, max_age is "
-                f"{exact_duration(config.policy.max_age)}"
-            )
+        message = expiry(due_since(row.created, row.next_retry_at), now, config.policy.max_age)
+        if message:
             change(
                 row,
                 status=str(Status.FAILED),
@@ -431,7 +418,7 @@ def plan_batch(
             continue
         candidates.append(row)
 
-    candidates.sort(key=QueueRow.order)
+    candidates.sort(key=QueueRow.due_order)
     reconciles.sort(key=QueueRow.order)
     chosen = reconciles[:batch_size]
     chosen += candidates[: max(0, batch_size - len(chosen))]
@@ -458,26 +445,6 @@ def plan_batch(
     )
     plan.changes.appends.extend(logs)
     return plan
-
-
-def recover(row: QueueRow, config: TypeConfig, now: datetime, rng: random.Random) -> Decision:
-    """A lost outcome (expired lease) under ``on_unknown`` = ``retry`` or ``fail`` (§5 step 2).
-
-    It counts as an attempt, so a poison task that kills its runner every time
-    ends in ``failed`` after ``max_attempts``.
-    """
-    message = "lease expired while processing: the runner stopped before recording the outcome"
-    if config.on_unknown == "retry":
-        return decide(
-            Outcome.unknown(message + "; retrying"), row.retry_count, config.policy, now, rng
-        )
-    return Decision(
-        Status.FAILED,
-        row.retry_count + 1,
-        ErrorClass.UNKNOWN,
-        None,
-        message + "; a person must check whether it happened",
-    )
 
 
 def decision_values(decision: Decision, row: QueueRow, config: TypeConfig) -> dict[str, CellValue]:
@@ -544,13 +511,6 @@ def complete(
             )
         ],
     )
-
-
-def result_cut(result: str) -> int:
-    """The length of a handler's result if the ``result`` cell cannot hold it (it is then cut
-    to ``MAX_RESULT_CHARS``, ending with ``…``); 0 if it fits."""
-    length = len(printable(result.strip()))
-    return length if length > MAX_RESULT_CHARS else 0
 
 
 def release(

@@ -1,0 +1,599 @@
+"""``SheetQueue``: the queue port (``sheetq.port``) on the sheet engine.
+
+A worksheet-shaped ``Store`` (Google through gspread, or the ``local:`` SQLite workbook)
+under the sheet's rules: read columns, plan with the pure planners of this package, apply
+one atomic change set, re-locate rows by ``task_id``. Each method delegates to the module
+that owns the operation: ``enqueue``, ``runner.Runner``, ``operations``, ``archive``,
+``log_archive``, ``alerts``, ``tally``, ``held``, ``doctor``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from sheetq.errors import UsageError
+from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS, Row, Status, new_run_id
+from sheetq.port import (
+    AlertOutcome,
+    ArchiveOutcome,
+    ArchiveReport,
+    ChangeReport,
+    LogArchiveReport,
+    NotBefore,
+    QueuePort,
+    Say,
+    Send,
+    ShowReport,
+    StatusReport,
+    TaskState,
+    Worker,
+)
+from sheetq.sheet import LOCAL_PREFIX, open_store
+from sheetq.sheet.plan import SCAN_COLUMNS, QueueRow, parse_rows
+from sheetq.sheet.schema import check_schema
+from sheetq.sheet.store import Read, Snapshot, Store, WorkbookInfo
+from sheetq.times import zone
+
+if TYPE_CHECKING:
+    from sheetq.checks import Check
+    from sheetq.clock import Clock
+    from sheetq.config import Settings
+    from sheetq.enqueue import Enqueued, NewTask
+    from sheetq.migrate import Source, Written
+    from sheetq.port import HeldGroup, Notifier
+    from sheetq.sheet.store import ChangeSet
+    from sheetq.stats import Stats
+    from sheetq.summary import RunOptions, RunSummary
+
+Plan = Callable[[list[QueueRow], "Settings", datetime], tuple[list[QueueRow], "ChangeSet"]]
+
+
+class SheetQueue:
+    """The queue in a spreadsheet or a ``local:`` workbook. The store is opened on first
+    use (``create``: a local workbook may be made; ``time_limit``: see
+    ``sheetq.backends.open_queue``)."""
+
+    positions = True  # a row is a sheet row a person can go to
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        create: bool = False,
+        time_limit: float | None = None,
+        time_limit_name: str = "",
+    ) -> None:
+        self.settings = settings
+        self._create = create
+        self._time_limit = time_limit
+        self._time_limit_name = time_limit_name
+        self._store: Store | None = None
+
+    @property
+    def where(self) -> str:
+        target = self.settings.spreadsheet
+        if target.startswith(LOCAL_PREFIX):
+            return f"local workbook {target[len(LOCAL_PREFIX) :].strip()}"
+        return f"Google spreadsheet {target}"
+
+    @property
+    def store(self) -> Store:
+        """The store, opened on first use."""
+        if self._store is None:
+            self._store = open_store(
+                self.settings,
+                create=self._create,
+                time_limit=self._time_limit,
+                time_limit_name=self._time_limit_name,
+            )
+        return self._store
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    def _checked(self, *, archive: bool = False) -> WorkbookInfo:
+        """The workbook, its schema checked (exit 2 naming what ``init`` fixes)."""
+        info = self.store.open()
+        check_schema(info, self.settings, archive=archive)
+        return info
+
+    # --- setting up ----------------------------------------------------------------------
+
+    def init(self, *, fmt: bool, dashboard: bool, clock: Clock, say: Say) -> None:
+        """Create or adopt the four worksheets, fit grids, adopt old rows, format, and build
+        the dashboard when asked (``sheetq init``)."""
+        from sheetq.sheet.adopt import adopt_rows
+
+        settings = self.settings
+        store = self.store
+        titles = {
+            settings.queue_sheet: QUEUE_COLUMNS,
+            settings.log_sheet: LOG_COLUMNS,
+            settings.archive_sheet: QUEUE_COLUMNS,
+            settings.log_archive_sheet: LOG_COLUMNS,
+        }
+        added = store.ensure_worksheets(titles)
+        info = store.open()
+        for title in (settings.queue_sheet, settings.log_sheet, settings.archive_sheet):
+            info.sheet(title).columns(titles[title])
+        for title, columns in added.items():
+            say(f"{title}: added column(s) {', '.join(columns)}")
+        for line in store.fit_grids(list(titles)):
+            say(line)
+        report = adopt_rows(store, info, settings, now=clock.now())
+        for line in report:
+            say(line)
+        if fmt:
+            for line in store.format_worksheets(
+                settings.queue_sheet, settings.log_sheet, settings.archive_sheet
+            ):
+                say(line)
+        if dashboard:
+            from sheetq.sheet.dashboard import build_dashboard
+
+            for line in build_dashboard(store, settings):
+                say(line)
+        if not added and not report:
+            say(
+                f"{info.title}: {settings.queue_sheet}, {settings.log_sheet} and "
+                f"{settings.archive_sheet} are ready"
+            )
+        else:
+            say(f"{info.title}: ready")
+
+    def checks(self) -> list[Check]:
+        """``sheetq doctor``'s lines for the workbook (``sheetq.sheet.doctor``)."""
+        from sheetq.sheet.doctor import check_sheet
+
+        return check_sheet(self.settings)
+
+    # --- tasks in and out ----------------------------------------------------------------
+
+    def enqueue(
+        self, tasks: Sequence[NewTask], *, clock: Clock, not_before: NotBefore
+    ) -> list[Enqueued]:
+        """One read of the keys, then one atomic write (more above Google's request cap)."""
+        from sheetq.sheet.enqueue import enqueue, open_for_enqueue
+
+        info, keys = open_for_enqueue(self.store, self.settings)  # one request, init's layout
+        check_schema(info, self.settings, archive=True)
+        moment = not_before(info.time_zone)
+        for task in tasks:
+            task.not_before = moment
+        return enqueue(
+            self.store, info, self.settings, list(tasks), now=clock.now(), snapshots=keys
+        )
+
+    def run(
+        self,
+        options: RunOptions,
+        *,
+        clock: Clock,
+        rng: random.Random,
+        notifier: Notifier | None,
+        on_progress: Callable[[str], None] | None,
+    ) -> RunSummary:
+        """``sheetq.sheet.runner.Runner``: pipelined batches under the run lease."""
+        from sheetq.sheet.runner import Runner
+
+        runner = Runner(
+            self.store,
+            self.settings,
+            clock=clock,
+            rng=rng,
+            notifier=notifier,
+            on_progress=on_progress,
+        )
+        return runner.run(options)
+
+    def worker(
+        self,
+        *,
+        concurrency: int,
+        types: tuple[str, ...],
+        poll: float,
+        clock: Clock,
+        rng: random.Random,
+        notifier: Notifier | None,
+    ) -> Worker:
+        raise UsageError(
+            "sheetq worker needs PostgreSQL: set SHEETQ_DATABASE_URL (or --database-url); "
+            "on a spreadsheet, run `sheetq process` from cron instead"
+        )
+
+    # --- a person's commands -------------------------------------------------------------
+
+    def requeue(
+        self,
+        *,
+        task_ids: Sequence[str],
+        statuses: Sequence[Status],
+        types: Sequence[str],
+        error_classes: Sequence[str],
+        reset_attempts: bool,
+        dry_run: bool,
+        clock: Clock,
+    ) -> ChangeReport:
+        """``plan_requeue`` over the Queue, applied to the rows as read."""
+        from sheetq.sheet.operations import plan_requeue
+
+        def plan(rows: list[QueueRow], settings: Settings, now: datetime) -> Any:
+            return plan_requeue(
+                rows,
+                settings=settings,
+                now=now,
+                task_ids=task_ids,
+                statuses=list(statuses),
+                types=types,
+                error_classes=error_classes,
+                reset_attempts=reset_attempts,
+                run_id=new_run_id("requeue"),
+            )
+
+        return self._change(plan, task_ids=task_ids, dry_run=dry_run, clock=clock)
+
+    def skip(
+        self, *, task_ids: Sequence[str], reason: str, dry_run: bool, clock: Clock
+    ) -> ChangeReport:
+        """``plan_skip`` for the named tasks, applied like ``requeue``."""
+        from sheetq.sheet.operations import plan_skip
+
+        def plan(rows: list[QueueRow], settings: Settings, now: datetime) -> Any:
+            return plan_skip(
+                rows,
+                settings=settings,
+                now=now,
+                task_ids=task_ids,
+                reason=reason,
+                run_id=new_run_id("skip"),
+            )
+
+        return self._change(plan, task_ids=task_ids, dry_run=dry_run, clock=clock)
+
+    def _change(
+        self, plan: Plan, *, task_ids: Sequence[str], dry_run: bool, clock: Clock
+    ) -> ChangeReport:
+        """Plan over the Queue's rows and apply the change to the rows as read."""
+        info = self._checked()
+        (snap,) = self.store.read([Read(self.settings.queue_sheet, SCAN_COLUMNS)])
+        rows = parse_rows(snap.rows, zone(info.time_zone), info.locale)
+        picked, changes = plan(rows, self.settings, clock.now())
+        unknown = sorted(set(task_ids) - {r.task_id for r in rows})
+        refused = sorted(set(task_ids) - set(unknown) - {r.task_id for r in picked})
+        if not dry_run and changes:
+            result = self.store.apply(changes)
+            gone = set(result.missing)
+            picked = [r for r in picked if r.task_id not in gone]
+        named = set(task_ids)
+        return ChangeReport(
+            [task_state(r) for r in picked],
+            unknown,
+            refused,
+            {r.task_id: task_state(r) for r in rows if r.task_id in named},
+        )
+
+    def archive(
+        self,
+        *,
+        now: datetime,
+        older_than: float | None,
+        log_older_than: float | None,
+        include_failed: bool,
+        dry_run: bool,
+        lock_wait: float,
+    ) -> ArchiveOutcome:
+        """``run_archive`` then ``run_log_archive``; exclusive with ``process`` on this host
+        (a run holds rows by number between reads): waits up to ``lock_wait`` seconds for
+        its host lock."""
+
+        def run() -> ArchiveOutcome:
+            return self._archive(now, older_than, log_older_than, include_failed, dry_run)
+
+        if dry_run:
+            return run()
+        from filelock import Timeout
+
+        from sheetq.sheet.runner import host_lock as host_lock_for
+
+        host_lock = host_lock_for(self.settings, timeout=lock_wait)
+        try:
+            host_lock.acquire()
+        except Timeout:
+            return ArchiveOutcome(None, held_by=str(host_lock.lock_file))
+        try:
+            return run()
+        finally:
+            host_lock.release()
+
+    def _archive(
+        self,
+        now: datetime,
+        older_than: float | None,
+        log_older_than: float | None,
+        include_failed: bool,
+        dry_run: bool,
+    ) -> ArchiveOutcome:
+        from sheetq.sheet.archive import run_archive
+        from sheetq.sheet.log_archive import run_log_archive
+        from sheetq.sheet.runner import lease_name
+
+        logs: list[LogArchiveReport] = []
+        info = self._checked(archive=older_than is not None)  # after the host lock: lease now
+        report = ArchiveReport(dry_run, now)
+        if older_than is not None:
+            report = run_archive(
+                self.store,
+                info,
+                self.settings,
+                now=now,
+                older_than=older_than,
+                include_failed=include_failed,
+                dry_run=dry_run,
+                run_id=new_run_id("archive"),
+                lease_name=lease_name(self.settings.queue_sheet),
+            )
+        if log_older_than is not None and not report.locked:
+            logs.append(
+                run_log_archive(
+                    self.store,
+                    info,
+                    self.settings,
+                    now=now,
+                    older_than=log_older_than,
+                    dry_run=dry_run,
+                )
+            )
+        return ArchiveOutcome(report, logs)
+
+    def send_alerts(self, send: Send, *, clock: Clock) -> AlertOutcome:
+        """Owed alerts as one message, then ``alerted_at`` on the rows it covered: open 1 +
+        scan 1 + mark 1 request. While a ``process`` run on this host holds the queue, it
+        sends them itself; this only says so."""
+        from filelock import Timeout
+
+        from sheetq.sheet.runner import host_lock as host_lock_for
+
+        host_lock = host_lock_for(self.settings)
+        try:
+            host_lock.acquire()
+        except Timeout:
+            return AlertOutcome(
+                None,
+                locked="a sheetq process run on this host holds this queue; it sends the owed "
+                "alerts when it finishes",
+            )
+        try:
+            return self._send_alerts(send, clock)
+        finally:
+            host_lock.release()
+
+    def _send_alerts(self, send: Send, clock: Clock) -> AlertOutcome:
+        from sheetq.errors import StoreError
+        from sheetq.sheet.alerts import FRESH_POSITIONS, mark_alerted, owed
+
+        store, settings = self.store, self.settings
+        info = self._checked()
+        (snap,) = store.read([Read(settings.queue_sheet, SCAN_COLUMNS)])
+        scanned_at = clock.monotonic()
+        rows = parse_rows(snap.rows, zone(info.time_zone), info.locale)
+        items = owed(
+            rows, link=lambda row, task_id: store.link(info, settings.queue_sheet, row, task_id)
+        )
+        outcome = AlertOutcome(len(items), requests=store.requests_made)
+        if not items:
+            return outcome
+        outcome.report, outcome.delivery = send(items, info.title)
+        covered = set(outcome.report.covered)
+        if not outcome.delivery.sent or not covered:
+            outcome.requests = store.requests_made
+            return outcome
+        changes = mark_alerted(
+            [i for i in items if i.task_id in covered],
+            settings=settings,
+            now=clock.now(),
+            run_id=new_run_id("alert"),
+        )
+        # Located with the scan if it was read moments ago, else afresh; verified after.
+        fresh = clock.monotonic() - scanned_at <= FRESH_POSITIONS
+        try:
+            store.apply(changes, baseline=(snap,) if fresh else ())
+            outcome.marked = True
+        except StoreError as exc:
+            outcome.mark_error = exc.message
+        outcome.requests = store.requests_made
+        return outcome
+
+    # --- reads ---------------------------------------------------------------------------
+
+    def status(self, *, clock: Clock) -> StatusReport:
+        """The Queue's tally, the runs that are gone when something is processing, and how
+        full a Google spreadsheet is."""
+        from sheetq.sheet.cells import cell_usage
+        from sheetq.sheet.plan import STATUS_COLUMNS
+        from sheetq.sheet.tally import tally_rows
+
+        settings = self.settings
+        info = self._checked()
+        now = clock.now()
+        (snap,) = self.store.read([Read(settings.queue_sheet, STATUS_COLUMNS)])
+        rows = parse_rows(snap.rows, zone(info.time_zone), info.locale)
+        tallied = tally_rows(rows, settings, now)
+        gone = self._gone(info, tallied.processing, now) if tallied.processing else []
+        cells = cell_usage(
+            info,
+            list(info.sheets),
+            settings.queue_sheet,
+            settings.log_sheet,
+            tallied.created,
+            now,
+        )
+        return StatusReport(info.title, info.time_zone, tallied.tally, gone, now, cells)
+
+    def _gone(self, info: WorkbookInfo, rows: Sequence[QueueRow], now: datetime) -> list[HeldGroup]:
+        """Processing rows whose run is gone, by run (``sheetq.sheet.held``): the run lease
+        has ended, or this host's journal names a run that is not running."""
+        from sheetq.sheet.held import held_by_gone_runs
+        from sheetq.sheet.journal import Journal, host_lock_held, journal_path
+        from sheetq.sheet.runner import lease_expiry, lease_name, lock_path
+
+        token = info.leases.get(lease_name(self.settings.queue_sheet))
+        killed: list[str] = []
+        lock = lock_path(self.settings)
+        journal = Journal(journal_path(lock))
+        if journal.path.exists():
+            state = journal.load()
+            if state and host_lock_held(lock) is False:  # its run is not running: killed here
+                killed = list(state.runs)
+        return held_by_gone_runs(
+            rows,
+            lease_expires=lease_expiry(token) if token else None,
+            now=now,
+            settings=self.settings,
+            killed_here=killed,
+        )
+
+    def stats(self, *, since: datetime, now: datetime, types: Sequence[str]) -> Stats:
+        """``sheetq.stats.compute`` over the rows it needs."""
+        from sheetq.stats import ARCHIVE_COLUMNS, compute
+        from sheetq.stats import LOG_COLUMNS as LOG_READ
+        from sheetq.stats import QUEUE_COLUMNS as QUEUE_READ
+
+        settings = self.settings
+        info = self._checked()
+        reads = [Read(settings.log_sheet, LOG_READ), Read(settings.queue_sheet, QUEUE_READ)]
+        if settings.archive_sheet in info.sheets:
+            reads.append(Read(settings.archive_sheet, ARCHIVE_COLUMNS))
+        snaps = self.store.read(reads)
+        return compute(
+            snaps[0].rows,
+            snaps[1].rows,
+            snaps[2].rows if len(snaps) > 2 else (),
+            since=since,
+            now=now,
+            types=types,
+            tz=zone(info.time_zone),
+            locale=info.locale,
+        )
+
+    def list_rows(self, *, statuses: set[Status], types: Sequence[str], limit: int) -> list[Row]:
+        """Queue rows with a task id matching the filters, in sheet order, at most ``limit``."""
+        self._checked()
+        (snap,) = self.store.read([Read(self.settings.queue_sheet)])
+        picked = [
+            r
+            for r in snap.rows
+            if r.text("task_id")
+            and (not statuses or Status.parse(r.text("status")) in statuses)
+            and (not types or r.text("type") in types)
+        ]
+        return picked[:limit] if limit else picked
+
+    def show(self, task_id: str) -> ShowReport:
+        """The task's Queue and QueueArchive rows, and its history: its QueueLogArchive rows
+        (the older ones, moved by ``archive --log-older-than``), then its QueueLog rows. One
+        read of the worksheets there are."""
+        settings = self.settings
+        info = self._checked()
+        titles = [settings.queue_sheet, settings.archive_sheet]
+        titles = [t for t in titles if t == settings.queue_sheet or t in info.sheets]
+        logs = [t for t in (settings.log_archive_sheet, settings.log_sheet) if t in info.sheets]
+        snaps = self.store.read([Read(t) for t in titles + logs])
+        mine = [
+            (title, r)
+            for title, snap in zip(titles + logs, snaps, strict=True)
+            for r in snap.rows
+            if r.text("task_id") == task_id
+        ]
+        found = [(title, r) for title, r in mine if title in titles]
+        history = [r for title, r in mine if title in logs]
+        archived = sum(1 for title, _ in mine if title == settings.log_archive_sheet)
+        return ShowReport(found, history, archived)
+
+    # --- moving a queue --------------------------------------------------------------------
+
+    def export(self, *, clock: Clock) -> Source:
+        """Queue, QueueLog, QueueArchive (and QueueLogArchive, if present) read whole and
+        converted for PostgreSQL (``sheetq.migrate.prepare``); refuses (``UsageError``, exit
+        2) while a ``process`` run holds the run lease or a row is ``processing`` under a
+        lease that has not run out: copying then would copy a state about to change."""
+        from sheetq.migrate import prepare
+
+        settings = self.settings
+        info = self._checked()
+        present = [
+            t for t in (settings.archive_sheet, settings.log_archive_sheet) if t in info.sheets
+        ]
+        if settings.archive_sheet in present:
+            check_schema(info, settings, archive=True)
+        titles = [settings.queue_sheet, settings.log_sheet, *present]
+        snaps = {s.worksheet: s for s in self.store.read([Read(t) for t in titles])}
+        tz = zone(info.time_zone)
+        _check_quiet(info, snaps[settings.queue_sheet], settings, clock.now())
+
+        def sheet(title: str) -> tuple[str, list[Row]] | None:
+            return (title, snaps[title].rows) if title in snaps else None
+
+        queue, log = sheet(settings.queue_sheet), sheet(settings.log_sheet)
+        assert queue is not None and log is not None
+        return prepare(
+            queue=queue,
+            log=log,
+            archive=sheet(settings.archive_sheet),
+            log_archive=sheet(settings.log_archive_sheet),
+            tz=tz,
+            locale=info.locale,
+        )
+
+    def absorb(self, source: Source, *, now: datetime, run_id: str) -> Written:
+        raise UsageError("sheetq migrate copies a queue into PostgreSQL: give --to postgresql://…")
+
+
+def _check_quiet(info: WorkbookInfo, queue: Snapshot, settings: Settings, now: datetime) -> None:
+    """Refuse (``UsageError``, exit 2) while the queue is being processed: a run lease that
+    has not expired, or rows ``processing`` under a ``lease_until`` still in the future."""
+    from sheetq.sheet.runner import lease_expiry, lease_name
+    from sheetq.times import format_ts, parse_ts
+
+    token = info.leases.get(lease_name(settings.queue_sheet))
+    until = lease_expiry(token) if token else None
+    if until is not None and until > now:
+        raise UsageError(
+            f"a `sheetq process` run holds the queue's run lease until {format_ts(until)}; "
+            "wait for it to finish (or stop it), then run `sheetq migrate` again"
+        )
+    tz = zone(info.time_zone)
+    held: list[datetime] = []
+    for raw in queue.rows:
+        if Status.parse(raw.values.get("status")) is not Status.PROCESSING:
+            continue
+        lease = parse_ts(raw.values.get("lease_until"), tz, info.locale)
+        if isinstance(lease, datetime) and lease > now:
+            held.append(lease)
+    if held:
+        raise UsageError(
+            f"{len(held)} task(s) are processing under a lease until {format_ts(max(held))}; "
+            "wait for the run to finish (or stop it), then run `sheetq migrate` again"
+        )
+
+
+def task_state(row: QueueRow) -> TaskState:
+    """A parsed Queue row as the port's ``TaskState``."""
+    return TaskState(
+        task_id=row.task_id,
+        type=row.type,
+        status=row.status,
+        status_text=row.status_text,
+        retry_count=row.retry_count,
+        error_class=row.error_class,
+        lease_owner=row.lease_owner,
+        lease_until=row.raw.text("lease_until"),
+    )
+
+
+def _conforms(queue: SheetQueue) -> QueuePort:
+    return queue  # mypy checks that SheetQueue implements the port
