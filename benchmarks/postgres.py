@@ -1,4 +1,4 @@
-"""sheetq on PostgreSQL (DESIGN.md §11 "Targets"), side by side with procrastinate on the
+"""sheetq on PostgreSQL (docs/design.md §11 "Targets"), side by side with procrastinate on the
 same server, in one run. Prints one table.
 
     python benchmarks/postgres.py                 # the §11 sizes (a few minutes)

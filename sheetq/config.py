@@ -1,4 +1,4 @@
-"""``sheetq.toml`` + environment + ``.env`` → frozen settings (DESIGN.md §7).
+"""``sheetq.toml`` + environment + ``.env`` → frozen settings (docs/design.md §7).
 
 Precedence: command-line flag, then environment variable, then
 ``sheetq.toml``, then the default. ``${VAR}`` in handler strings is expanded
@@ -155,7 +155,7 @@ class Settings:
     credentials: str = ""
     config_path: Path | None = None
     base_dir: Path = field(default_factory=Path.cwd)
-    database_url: str = ""  # libpq URL: the queue lives in PostgreSQL (DESIGN.md §11)
+    database_url: str = ""  # libpq URL: the queue lives in PostgreSQL (docs/design.md §11)
     mirror_interval: float = 15.0  # seconds between mirror passes inside `sheetq worker`
     mirror_keep_finished: float = 7 * 86400.0  # seconds finished tasks stay in the mirror
 

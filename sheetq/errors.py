@@ -1,6 +1,6 @@
 """One exception root for sheetq errors, and the handler signals.
 
-Errors carry the process exit code of DESIGN.md §4; only the CLI entry point
+Errors carry the process exit code of docs/design.md §4; only the CLI entry point
 turns them into an exit. Handler signals are not errors: a Python handler
 raises them to tell the runner how a task ended.
 """

@@ -1,7 +1,7 @@
-"""Running one claimed task and deciding its outcome (DESIGN.md §5, §7), whatever the store.
+"""Running one claimed task and deciding its outcome (docs/design.md §5, §7), whatever the store.
 
 The sheet runner (``sheetq.sheet.runner``) claims a batch, then hands each task here; the
-PostgreSQL worker (DESIGN.md §11) does the same with up to N handlers at once, in threads.
+PostgreSQL worker (docs/design.md §11) does the same with up to N handlers at once, in threads.
 What is here is backend-neutral: the rate limit wait, the ``Task`` built from the claimed
 row and its ``payload_json``, the handler (``run_task``), ``on_unknown`` and reconcile, the
 retry decision and redaction, the duration, the run's counts, the circuit breaker's
@@ -48,7 +48,7 @@ class Executed:
 
 
 class Executor:
-    """Runs one claimed task's handler and decides its outcome (DESIGN.md §5, §7); shared by
+    """Runs one claimed task's handler and decides its outcome (docs/design.md §5, §7); shared by
     the sheet runner and the PostgreSQL worker. Thread-safe: several handlers may run at once.
 
     ``summary`` receives the counts (done, retry, failed, skipped, recovered); ``note`` is

@@ -1,4 +1,4 @@
-"""Canonical JSON, payload hash and idempotency keys (DESIGN.md §4).
+"""Canonical JSON, payload hash and idempotency keys (docs/design.md §4).
 
 Canonical payload: JSON with sorted keys, ``(",", ":")`` separators, UTF-8,
 non-ASCII unescaped, every string (keys included) NFC-normalised
@@ -153,7 +153,7 @@ _KEY_ESCAPES = str.maketrans({"%": "%25", ":": "%3A", "=": "%3D"})
 
 def encode_key_value(text: str) -> str:
     """Percent-encode ``%``, ``:`` and ``=`` (``%25``, ``%3A``, ``%3D``), the characters that
-    separate a derived key's parts, so two payloads never build the same key (DESIGN.md §4).
+    separate a derived key's parts, so two payloads never build the same key (docs/design.md §4).
     Ordinary ids (``L-1``, ``A-1001``, ``42``) come out unchanged."""
     return text.translate(_KEY_ESCAPES)
 
@@ -200,7 +200,7 @@ def derive_key(
     explicit: str | None = None,
     key_fields: Sequence[str] = (),
 ) -> str:
-    """The idempotency key, first rule that applies (DESIGN.md §4), scoped by type.
+    """The idempotency key, first rule that applies (docs/design.md §4), scoped by type.
 
     1. ``--key K`` → ``TYPE:K``; 2. the type's ``key_fields`` (dotted paths, all
     present) → ``TYPE:f=v[:f=v…]``; 3. the built-in ``lead_id``, ``order_id``,
@@ -219,7 +219,7 @@ def derive_key(
         fields = [(f, _key_value(_dotted(payload, f))) for f in key_fields]
         if all(v is not None for _, v in fields):
             derived = _key_from([(f, v) for f, v in fields if v is not None])
-            if derived is None:  # too long or not one line: the hash, as DESIGN.md §4 says
+            if derived is None:  # too long or not one line: the hash, as docs/design.md §4 says
                 return f"{task_type}:{payload_hash(canonical)}"
     if derived is None:
         builtin = [(f, _key_value(payload.get(f))) for f in BUILTIN_KEY_FIELDS]

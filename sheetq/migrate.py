@@ -1,5 +1,5 @@
 """Planning ``sheetq migrate``: a sheet or local queue read whole, checked and converted into the
-rows PostgreSQL stores (DESIGN.md §11 "Moving a queue"). Pure: no I/O, no driver.
+rows PostgreSQL stores (docs/design.md §11 "Moving a queue"). Pure: no I/O, no driver.
 
 Two steps, each a function (the sheet engine first refuses while a run holds the queue,
 ``SheetQueue.export``):
@@ -12,7 +12,7 @@ Two steps, each a function (the sheet engine first refuses while a run holds the
   payload that is not a JSON object, a counter that is not a whole number ≥ 0, a repeated
   task id) refuses its row, with the worksheet, row number, column and value; the other
   rows are kept.
-* ``settle_keys`` decides who holds each idempotency key (DESIGN.md §4): a key already held
+* ``settle_keys`` decides who holds each idempotency key (docs/design.md §4): a key already held
   in the destination stays with its holder; else the earliest ``created_at`` (then
   ``task_id``) of the tasks sharing it wins. A waiting or processing loser becomes
   ``skipped`` / ``duplicate`` with ``last_error`` naming the winner and a ``skipped`` log

@@ -1,4 +1,4 @@
-"""The spreadsheet as a live mirror of a PostgreSQL queue (DESIGN.md §12): pure planning.
+"""The spreadsheet as a live mirror of a PostgreSQL queue (docs/design.md §12): pure planning.
 
 A pass compares three things, each read once:
 
@@ -103,7 +103,7 @@ def sheet_rows(sheet: Snapshot) -> list[SheetRow]:
 
 
 def cell_values(texts: Texts) -> dict[str, CellValue]:
-    """The cells to write for a task: text, ``retry_count`` as a number (DESIGN.md §2)."""
+    """The cells to write for a task: text, ``retry_count`` as a number (docs/design.md §2)."""
     out: dict[str, CellValue] = dict(zip(QUEUE_COLUMNS, texts, strict=True))
     if out["retry_count"] != "":
         out["retry_count"] = int(str(out["retry_count"]))

@@ -1,4 +1,4 @@
-"""One pass of the spreadsheet mirror (DESIGN.md §12): read, apply managers' edits, write.
+"""One pass of the spreadsheet mirror (docs/design.md §12): read, apply managers' edits, write.
 
 ``mirror_pass(settings, clock)`` is what ``sheetq mirror`` runs, and what ``sheetq worker``
 calls every ``[mirror] interval``. Its Sheets requests:

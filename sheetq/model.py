@@ -1,6 +1,6 @@
 """The words of the sheet: statuses, error classes, events, column names, Task.
 
-Enum values are exactly the cell text of DESIGN.md §2.
+Enum values are exactly the cell text of docs/design.md §2.
 """
 
 from __future__ import annotations

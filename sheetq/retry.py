@@ -17,7 +17,7 @@ from sheetq.model import ErrorClass, Status
 class RetryPolicy:
     """Per-type limits. Durations in seconds.
 
-    Defaults are DESIGN.md §5/§7: 5 attempts, backoff 2m 4m 8m 16m 30m with
+    Defaults are docs/design.md §5/§7: 5 attempts, backoff 2m 4m 8m 16m 30m with
     ±20 % jitter, 60 s handler timeout, 10 min lease, 72 h max age, circuit
     opens after 5 consecutive transient failures of a type within a run.
     """
@@ -101,7 +101,7 @@ def decide(
     now: datetime,
     rng: random.Random,
 ) -> Decision:
-    """Apply the retry policy to one outcome (DESIGN.md §5, §7).
+    """Apply the retry policy to one outcome (docs/design.md §5, §7).
 
     ``retry_count`` is the number of failed attempts before this one. An
     unknown outcome reaching here is to be retried (the caller has already

@@ -1,4 +1,4 @@
-"""``sheetq stats``: throughput and failure numbers from QueueLog (DESIGN.md §8). Pure.
+"""``sheetq stats``: throughput and failure numbers from QueueLog (docs/design.md §8). Pure.
 
 The window is every QueueLog row with ``ts`` at or after ``since`` (rows stamped later
 than now are counted too: the log is the record). Counts are of **transitions**, read
@@ -16,7 +16,7 @@ from each row's ``event`` and ``status``:
 
 A ``done``/``retry``/``failed``/``skipped`` row whose status is not its event is a late
 outcome that PostgreSQL refused (its lease had run out and another run recovered the task,
-DESIGN.md §11): it records what the attempt said, not a transition, and counts nowhere.
+docs/design.md §11): it records what the attempt said, not a transition, and counts nowhere.
 
 Rates are floats in 0..1, ``None`` without data: ``success_rate`` = done / finished and
 ``dead_letter_rate`` = failed / finished, where finished = done + failed + skipped;
@@ -124,7 +124,7 @@ class Stats:
         return self.retry / self.claimed if self.claimed else None
 
     def as_json(self) -> dict[str, Any]:
-        """The ``--json`` document (DESIGN.md §8 keys first, then extras)."""
+        """The ``--json`` document (docs/design.md §8 keys first, then extras)."""
         return {
             "since": format_ts(self.since),
             "enqueued": self.enqueued,

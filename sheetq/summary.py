@@ -1,4 +1,4 @@
-"""What one ``sheetq process`` run was asked to do and what it did (DESIGN.md §5).
+"""What one ``sheetq process`` run was asked to do and what it did (docs/design.md §5).
 
 ``RunOptions`` are the run's flags; ``RunSummary`` is its ``--json`` document and the one
 line for cron mail (``summary_line``). Shared by the sheet runner and the PostgreSQL worker.

@@ -1,4 +1,4 @@
-"""Where a queue's rows are, in the words a message to its user needs (DESIGN.md §2, §11).
+"""Where a queue's rows are, in the words a message to its user needs (docs/design.md §2, §11).
 
 On a spreadsheet (or ``local:`` workbook) a message names the worksheets (``Queue``,
 ``QueueLog``…); on PostgreSQL it names the queue and its tables (``sheetq_log``…), since

@@ -232,7 +232,7 @@ class GoogleBook(Book):
 
 
 class PgBook(Book):
-    """A queue in PostgreSQL (DESIGN.md §11), shown as the worksheets it stands for: each
+    """A queue in PostgreSQL (docs/design.md §11), shown as the worksheets it stands for: each
     table's rows of this queue, in ``created_at`` (log: insertion) order, under the §2
     header. A "person's edit" is an operator's UPDATE; sorting and column moves have no
     meaning in a database and skip the test."""

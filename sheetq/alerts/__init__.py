@@ -1,4 +1,4 @@
-"""Telegram failure alerts (DESIGN.md §9): owed rows → one digest message → rows to mark.
+"""Telegram failure alerts (docs/design.md §9): owed rows → one digest message → rows to mark.
 
 Public API (the CLI and the runner use only these)::
 

@@ -1,4 +1,4 @@
-"""The failure alert text: one digest message per run, built from a template (DESIGN.md §9).
+"""The failure alert text: one digest message per run, built from a template (docs/design.md §9).
 
 The template (``sheetq/templates/alert.html``; documented at its top) has sections
 ``[header]``, ``[auth]``, ``[row]``, ``[more]`` and ``[footer]`` with ``string.Template``

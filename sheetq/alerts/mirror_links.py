@@ -1,4 +1,4 @@
-"""Alert links into the mirror (DESIGN.md §11 "Alerts", §12): a queue in PostgreSQL with a
+"""Alert links into the mirror (docs/design.md §11 "Alerts", §12): a queue in PostgreSQL with a
 spreadsheet mirror gives each alerted task a link to its mirror row.
 
 Without a mirror, or when the task is not (yet) in the mirror's Queue worksheet, the

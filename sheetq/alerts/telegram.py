@@ -1,4 +1,4 @@
-"""Sending one alert message with python-telegram-bot 22 (DESIGN.md §9).
+"""Sending one alert message with python-telegram-bot 22 (docs/design.md §9).
 
 One ``asyncio.run`` per call, our own ``HTTPXRequest`` opened with ``async with`` (no
 ``bot.initialize()``, so no ``getMe`` and none of PTB's token-bearing error texts), and
@@ -43,7 +43,7 @@ from sheetq.redact import redact, shorten
 
 log = logging.getLogger("sheetq.alerts")
 
-MAX_FLOOD_WAIT = 30.0  # seconds of 429 waiting allowed in one run (DESIGN.md §9)
+MAX_FLOOD_WAIT = 30.0  # seconds of 429 waiting allowed in one run (docs/design.md §9)
 DEFAULT_TIMEOUT = 10.0  # seconds; SHEETQ_TELEGRAM_TIMEOUT
 TIMEOUT_ENV = "SHEETQ_TELEGRAM_TIMEOUT"
 _LEAKY_LOGGERS = (

@@ -1,4 +1,4 @@
-"""``sheetq alert``: send owed failure alerts now (DESIGN.md §9)."""
+"""``sheetq alert``: send owed failure alerts now (docs/design.md §9)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The ``sheetq`` command: options shared by every command, and the one error boundary.
 
-Exit codes (DESIGN.md §4): 0 success (including an identical duplicate),
+Exit codes (docs/design.md §4): 0 success (including an identical duplicate),
 1 runtime failure, 2 usage / input / configuration error, 3 idempotency conflict.
 """
 

@@ -1,4 +1,4 @@
-"""``sheetq archive``: move finished rows to QueueArchive (DESIGN.md §8)."""
+"""``sheetq archive``: move finished rows to QueueArchive (docs/design.md §8)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``sheetq enqueue``: accept a task, once (DESIGN.md §4)."""
+"""``sheetq enqueue``: accept a task, once (docs/design.md §4)."""
 
 from __future__ import annotations
 

@@ -39,7 +39,7 @@ def status(
     if unparseable:
         warn(
             f"{len(unparseable)} waiting row(s) have an unparseable next_retry_at, counted as "
-            f"due (DESIGN.md §2): {', '.join(unparseable[:5])}"
+            f"due (docs/design.md §2): {', '.join(unparseable[:5])}"
             + (" …" if len(unparseable) > 5 else "")
         )
     tz = zone(report.time_zone)
@@ -56,7 +56,7 @@ def status(
         )
     from sheetq.mirror_run import mirror_status, mirror_status_line
 
-    mirror = mirror_status(settings, now)  # None without a mirror (DESIGN.md §12)
+    mirror = mirror_status(settings, now)  # None without a mirror (docs/design.md §12)
     if as_json:
         emit_json(
             {
@@ -126,7 +126,7 @@ def status(
 
 def _row_doc(row: Any, positions: bool = True) -> dict[str, Any]:
     """A row as ``list``/``show`` print it: ``row`` is its sheet row, ``None`` on PostgreSQL
-    (a database row has no sheet position, DESIGN.md §11); then its cells by column."""
+    (a database row has no sheet position, docs/design.md §11); then its cells by column."""
     doc: dict[str, Any] = {"row": row.number if positions else None}
     doc.update(
         {k: ("" if v is None else v) for k, v in row.values.items() if not k.startswith("_")}

@@ -1,5 +1,5 @@
 """``sheetq migrate --to postgresql://…``: copy a sheet or local queue into PostgreSQL
-(DESIGN.md §11 "Moving a queue")."""
+(docs/design.md §11 "Moving a queue")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``sheetq mirror``: one pass of the spreadsheet mirror of a PostgreSQL queue (DESIGN.md §12)."""
+"""``sheetq mirror``: one pass of the mirror of a PostgreSQL queue (docs/design.md §12)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``sheetq process``: claim batches and run them (DESIGN.md §5). Called from cron."""
+"""``sheetq process``: claim batches and run them (docs/design.md §5). Called from cron."""
 
 from __future__ import annotations
 

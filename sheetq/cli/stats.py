@@ -1,4 +1,4 @@
-"""``sheetq stats``: numbers from QueueLog (DESIGN.md §8)."""
+"""``sheetq stats``: numbers from QueueLog (docs/design.md §8)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``sheetq worker``: run handlers continuously on a PostgreSQL queue (DESIGN.md §11)."""
+"""``sheetq worker``: run handlers continuously on a PostgreSQL queue (docs/design.md §11)."""
 
 from __future__ import annotations
 

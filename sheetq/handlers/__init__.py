@@ -1,4 +1,4 @@
-"""Running a task: ``command``, ``http`` and ``python`` handlers (DESIGN.md §7).
+"""Running a task: ``command``, ``http`` and ``python`` handlers (docs/design.md §7).
 
 ``run_task`` turns whatever happened into an ``Outcome``; it never raises for
 a handler's failure. ``run_reconcile`` asks a type's reconcile check whether a
@@ -88,7 +88,7 @@ def _dispatch(spec: HandlerSpec, config: TypeConfig, task: Task, payload_json: s
 
 
 def run_reconcile(config: TypeConfig, task: Task, payload_json: str) -> ReconcileAnswer:
-    """Ask the type's reconcile check about a lost outcome (DESIGN.md §5 step 2)."""
+    """Ask the type's reconcile check about a lost outcome (docs/design.md §5 step 2)."""
     spec = config.reconcile
     if spec is None:
         return ReconcileAnswer(None, message="no reconcile check configured")

@@ -1,4 +1,4 @@
-"""The PostgreSQL backend (DESIGN.md §11): the queue in tables, claimed with
+"""The PostgreSQL backend (docs/design.md §11): the queue in tables, claimed with
 ``FOR UPDATE SKIP LOCKED``, every change committed with its log row.
 
 * ``connection`` — connecting with psycopg 3, errors that never print the password;

@@ -1,4 +1,4 @@
-"""Database values ↔ the cell values of DESIGN.md §2 that the shared queue policy reads and
+"""Database values ↔ the cell values of docs/design.md §2 that the shared queue policy reads and
 writes: times as ``2026-01-05T09:00:00Z`` text (empty when NULL), ``retry_count`` and
 ``duration_ms`` as numbers, everything else as text."""
 

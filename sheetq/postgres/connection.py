@@ -1,11 +1,11 @@
-"""Connecting to PostgreSQL with psycopg 3 (DESIGN.md §11 "Connection"), and turning what
+"""Connecting to PostgreSQL with psycopg 3 (docs/design.md §11 "Connection"), and turning what
 the server or libpq says into one line with what to do.
 
 The URL is a libpq URL (``postgresql://USER@HOST:PORT/DBNAME``); the password comes from
 the URL, ``PGPASSWORD`` or ``~/.pgpass`` (libpq's own rules). Errors name the host and
 database, never the password.
 
-Exit codes (DESIGN.md §4): a server that cannot be reached, does not answer or refuses the
+Exit codes (docs/design.md §4): a server that cannot be reached, does not answer or refuses the
 login, and a role without privileges on sheetq's tables are runtime failures (exit 1, as a
 Google sheet shared read-only is); a URL libpq cannot parse and a database that does not
 exist are configuration errors (exit 2, as a wrong spreadsheet key is).

@@ -1,4 +1,4 @@
-"""``sheetq doctor`` on PostgreSQL (DESIGN.md §11): the server answers, the schema is this
+"""``sheetq doctor`` on PostgreSQL (docs/design.md §11): the server answers, the schema is this
 sheetq's, the queue's counts, and a write goes through. Never prints the password (errors
 come through ``connection.connect``, which names only user, host and database)."""
 

@@ -1,4 +1,4 @@
-"""Enqueue on PostgreSQL (DESIGN.md §4, §11 "Keys"): look up only the batch's keys, plan with
+"""Enqueue on PostgreSQL (docs/design.md §4, §11 "Keys"): look up only the batch's keys, plan with
 the shared ``plan_enqueue``, and insert in the same transaction.
 
 The whole batch, however large (``--jsonl`` of 100,000 lines), is one transaction under the
@@ -66,7 +66,7 @@ def enqueue(
     now: datetime,
     run_id: str | None = None,
 ) -> list[Enqueued]:
-    """Add the new tasks and log duplicates/conflicts in one transaction (DESIGN.md §4):
+    """Add the new tasks and log duplicates/conflicts in one transaction (docs/design.md §4):
     schema check, the queue's lock, the batch's keys, ``plan_enqueue``, the inserts.
     Raises ``SchemaError`` (exit 2) on a database ``sheetq init`` has not prepared,
     ``StoreUnavailable`` (exit 1) when the server cannot be reached."""

@@ -1,4 +1,4 @@
-"""The worker's turn on PostgreSQL in two statements (DESIGN.md §11 "Claims", "Settle per
+"""The worker's turn on PostgreSQL in two statements (docs/design.md §11 "Claims", "Settle per
 task"): the busy path of ``sheetq worker`` and ``sheetq process``.
 
 A turn is one transaction of four round trips, however many tasks it carries:

@@ -1,4 +1,4 @@
-"""Writing ``sheetq migrate``'s rows into PostgreSQL (DESIGN.md §11 "Moving a queue").
+"""Writing ``sheetq migrate``'s rows into PostgreSQL (docs/design.md §11 "Moving a queue").
 
 Everything lands in ONE transaction that holds the queue's advisory lock (the lock
 ``enqueue`` takes), so a half-copied queue is never visible and no enqueue on the

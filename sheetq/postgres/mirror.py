@@ -1,4 +1,4 @@
-"""The PostgreSQL side of the spreadsheet mirror (DESIGN.md §12; planning in ``sheetq.mirror``).
+"""The PostgreSQL side of the mirror (docs/design.md §12; planning in ``sheetq.mirror``).
 
 Tables (migration 2): ``sheetq_mirror`` — per task, what the mirror last wrote into its row
 (status cell, owner cell, digest of all sheetq cells); ``sheetq_mirror_state`` — per queue,

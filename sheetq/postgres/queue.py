@@ -1,4 +1,4 @@
-"""The hot path on PostgreSQL (DESIGN.md §11 "Claims", "Settle per task"): claims with
+"""The hot path on PostgreSQL (docs/design.md §11 "Claims", "Settle per task"): claims with
 ``FOR UPDATE SKIP LOCKED``, outcomes fenced by the lease, and the one-at-a-time alert digest.
 
 The SQL only chooses and locks rows; what happens to them is the shared pure policy of
@@ -296,7 +296,7 @@ _CLAIM_QUERIES = {
 
 def without_handler(store: PgStore, settings: Settings, types: Sequence[str]) -> Counter[str]:
     """Waiting tasks whose type has no handler, by type (``(empty)`` for a blank type);
-    only ``types`` when given (DESIGN.md §3: a typo in a type is visible)."""
+    only ``types`` when given (docs/design.md §3: a typo in a type is visible)."""
     handled = [n for n, c in settings.types.items() if c.handler is not None]
     query = (
         "SELECT type, count(*) AS n FROM sheetq_tasks WHERE queue = %s"
@@ -603,7 +603,7 @@ def send_owed_alerts(
     run_id: str,
 ) -> tuple[int, int, list[str]]:
     """Send the owed failure alerts as one digest and mark them, at most one digest at a time
-    per queue however many runs and workers share it (DESIGN.md §11 "Alerts", §9).
+    per queue however many runs and workers share it (docs/design.md §11 "Alerts", §9).
 
     One transaction holds the queue's alert lock (``pg_try_advisory_xact_lock``; busy: another
     run is sending, return at once) and the owed rows (``failed``, ``alerted_at`` empty,

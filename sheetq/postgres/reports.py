@@ -1,4 +1,4 @@
-"""``status``, ``list``, ``show`` and ``stats`` on PostgreSQL, computed in SQL (DESIGN.md §11).
+"""``status``, ``list``, ``show`` and ``stats`` on PostgreSQL, computed in SQL (docs/design.md §11).
 
 Each gives the numbers the shared Python gives over every row (``sheetq.sheet.tally``,
 ``sheetq.stats.compute``, the filters of ``sheetq.cli.inspect``), so the ``--json``

@@ -1,4 +1,4 @@
-"""``sheetq process`` on PostgreSQL (DESIGN.md §5, §11): claim, run, settle each task.
+"""``sheetq process`` on PostgreSQL (docs/design.md §5, §11): claim, run, settle each task.
 
 The same ``RunOptions``, ``RunSummary``, ``--json`` document and summary line as the sheet
 runner, on different machinery: no host lock, no run lease and no journal. Any number of

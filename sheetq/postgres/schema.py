@@ -1,4 +1,4 @@
-"""The PostgreSQL schema, created and upgraded by numbered migrations (DESIGN.md §11).
+"""The PostgreSQL schema, created and upgraded by numbered migrations (docs/design.md §11).
 
 ``sheetq init`` runs ``upgrade``: each migration not yet recorded in ``sheetq_migrations``
 runs in the same transaction as its record, under an advisory lock, so two ``init`` at once
@@ -6,7 +6,7 @@ apply each migration once. Every other command calls ``check``, which refuses a 
 whose schema is older than this sheetq (exit 2, "run `sheetq init`") or newer.
 
 Several queues share the tables: each row carries ``queue``, the queue's name (its Queue
-worksheet title). Columns are those of DESIGN.md §2, typed: times are ``timestamptz``,
+worksheet title). Columns are those of docs/design.md §2, typed: times are ``timestamptz``,
 ``retry_count`` and ``duration_ms`` integers, the rest text.
 """
 
@@ -80,7 +80,7 @@ CREATE TABLE sheetq_archive ({_TASK_COLUMNS},
     PRIMARY KEY (queue, task_id));
 CREATE INDEX sheetq_archive_key ON sheetq_archive (queue, idempotency_key);
 
--- DESIGN.md §4/§11: one task per key over live and archived tasks, whatever races.
+-- docs/design.md §4/§11: one task per key over live and archived tasks, whatever races.
 CREATE TABLE sheetq_keys (
     queue           text NOT NULL,
     idempotency_key text NOT NULL,
@@ -121,7 +121,7 @@ CREATE TRIGGER sheetq_tasks_updated AFTER UPDATE ON sheetq_tasks
         2,
         "the spreadsheet mirror's last-written state",
         """
--- DESIGN.md §12: what `sheetq mirror` last wrote into each Queue row of the spreadsheet, so
+-- docs/design.md §12: what `sheetq mirror` last wrote into each Queue row of the spreadsheet, so
 -- that a pass tells a manager's edit (the cell differs from what the mirror wrote) from a
 -- change in PostgreSQL (the task differs from what the mirror wrote).
 CREATE TABLE sheetq_mirror (

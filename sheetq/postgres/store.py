@@ -348,7 +348,7 @@ class PgStore:
     def _claim_keys(self, conn: psycopg.Connection[Any], rows: Sequence[Mapping[str, Any]]) -> None:
         """Record new rows' idempotency keys in ``sheetq_keys``. A key that another task holds
         already raises ``StoreError`` and the whole transaction rolls back: two tasks never
-        share a key, live or archived, whatever races (DESIGN.md §4, §11)."""
+        share a key, live or archived, whatever races (docs/design.md §4, §11)."""
         keys = [str(r.get("idempotency_key") or "") for r in rows]
         tasks = [str(r.get("task_id") or "") for r in rows]
         hashes = [str(r.get("payload_hash") or "") for r in rows]
@@ -397,7 +397,7 @@ class PgStore:
         snapshots: Sequence[Snapshot] | None = None,
     ) -> list[ApplyResult]:
         """Read, plan and apply in one transaction that holds the queue's advisory lock, so
-        two of them (two enqueues of one key) never interleave (DESIGN.md §4)."""
+        two of them (two enqueues of one key) never interleave (docs/design.md §4)."""
         with self.transaction() as conn:
             self.lock_queue(conn)
             fresh = [self._read(conn, r) for r in reads]

@@ -1,4 +1,4 @@
-"""``sheetq worker`` (DESIGN.md §11): a long-running process over a PostgreSQL queue.
+"""``sheetq worker`` (docs/design.md §11): a long-running process over a PostgreSQL queue.
 
 Up to ``concurrency`` handlers run at once, each in its own thread; handler threads never
 touch the database. The main thread owns one connection and, in ONE transaction per turn
@@ -341,7 +341,7 @@ class PgWorker:
                         conn.close()
 
     def _mirror(self) -> None:
-        """Every ``[mirror] interval``: one mirror pass (DESIGN.md §12). Google failing is
+        """Every ``[mirror] interval``: one mirror pass (docs/design.md §12). Google failing is
         one warning; the next pass catches up. Never stops task processing."""
         from sheetq.errors import SheetqError
         from sheetq.mirror_run import mirror_pass

@@ -1,4 +1,4 @@
-"""The sheet engine: the queue in a worksheet-shaped store (DESIGN.md §10).
+"""The sheet engine: the queue in a worksheet-shaped store (docs/design.md §10).
 
 * ``store`` — the store protocol, shaped like what a spreadsheet offers (read columns,
   apply one atomic change set, re-locate rows by ``task_id``), and its values;

@@ -2,7 +2,7 @@
 
 For every Queue row with a payload: ``payload_hash`` always, and where empty
 ``idempotency_key``, ``created_at`` and ``task_id``, so old rows deduplicate
-like new ones (DESIGN.md §2). A payload that is not valid JSON is reported,
+like new ones (docs/design.md §2). A payload that is not valid JSON is reported,
 not changed.
 """
 

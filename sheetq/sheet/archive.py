@@ -1,4 +1,4 @@
-"""``sheetq archive``: move finished rows from Queue to QueueArchive (DESIGN.md §2, §8).
+"""``sheetq archive``: move finished rows from Queue to QueueArchive (docs/design.md §2, §8).
 
 Which rows: ``done`` and ``skipped`` — and ``failed`` with ``include_failed`` — whose
 ``updated_at`` (or, when that is empty or unreadable, ``created_at``) is before the

@@ -1,4 +1,4 @@
-"""How full the spreadsheet is: Google's cell limit, for ``sheetq status`` (issue 12).
+"""How full the spreadsheet is: Google's cell limit, for ``sheetq status``.
 
 A Google spreadsheet holds at most 10,000,000 cells, counted over every worksheet's grid
 (rows × columns, empty cells included): "Spreadsheets: Up to 10 million cells or 18,278

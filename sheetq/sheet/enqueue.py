@@ -4,7 +4,7 @@
 rows for known ones, grouped into writes under Google's request cap; ``enqueue`` drives it
 through the store.
 
-Google budget (DESIGN.md §6): opening and the keys of Queue and QueueArchive 1 (one
+Google budget (docs/design.md §6): opening and the keys of Queue and QueueArchive 1 (one
 ``spreadsheets.get``, ``Store.open_with``; 1 more when a person moved a key column away from
 where ``init`` puts it) + the write 1 = 2 requests, for one task or a 1,000-line batch. A
 batch over ~9 MB of request JSON (Google refuses a body over 10,485,760 bytes) takes one more
@@ -195,7 +195,7 @@ def enqueue(
     ``key_reads`` read with it (``open_for_enqueue``), so Google does not read them again.
     The read, the plan and the writes go through ``store.read_then_apply``: on the local
     backend one transaction that reads the keys again inside it, so two racing enqueues of
-    one key never both insert (DESIGN.md §4).
+    one key never both insert (docs/design.md §4).
     """
     widths = {
         title: len(info.sheet(title).header) for title in (settings.queue_sheet, settings.log_sheet)

@@ -1,4 +1,4 @@
-"""Writes of the Google adapter, every row addressed by its key (DESIGN.md §5).
+"""Writes of the Google adapter, every row addressed by its key (docs/design.md §5).
 
 ``apply`` locates the rows (or takes the caller's fresh baseline), writes one atomic
 ``spreadsheets:batchUpdate`` asking Google to echo what it wrote, and when the echo
@@ -85,7 +85,7 @@ class VerifiedWrites:
     ) -> ApplyResult:
         """One atomic ``spreadsheets:batchUpdate``, every row addressed by its key.
 
-        The API writes only by position and has no compare-and-set on cells, so (DESIGN.md
+        The API writes only by position and has no compare-and-set on cells, so (docs/design.md
         §5, "Rows are addressed by task_id"):
 
         1. *locate*: one ``values:batchGet`` of the whole key column and of every column the

@@ -1,4 +1,4 @@
-"""Rows held by a run that is gone: what ``status`` tells a person after a crash (DESIGN.md §5).
+"""Rows held by a gone run: what ``status`` tells a person after a crash (docs/design.md §5).
 
 A run holds the queue's run lease (a named range whose token carries its expiry, the
 same second as its rows' ``lease_until``) from its claim to its results write. So a
@@ -33,7 +33,7 @@ def held_by_gone_runs(
     """Group ``processing`` rows by run id and keep the runs that are gone (see the module
     docstring). ``lease_expires``: the expiry of the queue's run lease, ``None`` if absent;
     ``killed_here``: run ids in this host's journal while no process holds the host lock.
-    ``run_lease=False`` (PostgreSQL, DESIGN.md §11: no run lease, any number of runs): a
+    ``run_lease=False`` (PostgreSQL, docs/design.md §11: no run lease, any number of runs): a
     run counts as gone only once its rows' lease has passed."""
     killed = set(killed_here)
     live = lease_expires is not None and lease_expires > now

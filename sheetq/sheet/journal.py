@@ -1,4 +1,4 @@
-"""The host journal: a kill loses no finished work (DESIGN.md §5).
+"""The host journal: a kill loses no finished work (docs/design.md §5).
 
 ``process`` writes its results for a whole batch in one request at the end, so a run
 killed with SIGKILL (or a lost machine) would leave every claimed row ``processing``

@@ -1,4 +1,4 @@
-"""``sheetq archive --log-older-than D``: move old QueueLog rows to QueueLogArchive (issue 12).
+"""``sheetq archive --log-older-than D``: move old QueueLog rows to QueueLogArchive.
 
 QueueLog rows have no unique key (a row is told apart only by all its cells), so rows are
 moved as **a block from the top**: QueueLog is append-only and in time order, so the rows

@@ -289,7 +289,7 @@ def plan_batch(
     key_holders: Mapping[str, str] | None = None,
 ) -> BatchPlan:
     """What one claim request writes: recoveries, expiries, a person's requeues,
-    duplicate-key losers, and the claim of the oldest due rows (DESIGN.md §5 steps 2–4).
+    duplicate-key losers, and the claim of the oldest due rows (docs/design.md §5 steps 2–4).
 
     A loser is a row whose idempotency key an earlier row among ``rows`` has, or (when the
     backend sees only some rows, as PostgreSQL's claim does) whose key ``key_holders``
@@ -544,7 +544,7 @@ def release(
 
 
 def owed_alerts(rows: Iterable[QueueRow]) -> list[QueueRow]:
-    """Failed rows with no ``alerted_at``: alerts still owed (DESIGN.md §9)."""
+    """Failed rows with no ``alerted_at``: alerts still owed (docs/design.md §9)."""
     return [r for r in rows if r.status is Status.FAILED and not r.alerted_at]
 
 

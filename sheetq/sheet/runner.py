@@ -1,10 +1,10 @@
 """One ``sheetq process`` run: locks, batches, handlers, circuit breaker, rate limits.
 
-The steps are DESIGN.md §5: host lock, the host journal of a killed run, then per batch
+The steps are docs/design.md §5: host lock, the host journal of a killed run, then per batch
 a scan, a read of the rows it will claim (whole: payloads, and the pre-image a repair
 needs), and one write that carries the previous batch's results, this scan's recoveries,
 expiries and requeues, this batch's claims, their log rows and the run lease's
-compare-and-set (DESIGN.md §6: 2 reads + 1 write). Then the handlers, each journalled
+compare-and-set (docs/design.md §6: 2 reads + 1 write). Then the handlers, each journalled
 before and after. The last batch's results go out with the lease release after the last
 scan. Then owed alerts, and a summary. Every write is addressed by ``task_id`` and
 verified by the store (``Store.apply``).
@@ -262,7 +262,7 @@ class Runner:
         self._alerts(last_rows)
 
     def _apply_journal(self, options: RunOptions) -> bool:
-        """Apply what this host's journal knows of a run that was killed (DESIGN.md §5 "A kill
+        """Apply what this host's journal knows of a run that was killed (docs/design.md §5 "A kill
         loses no finished work"): its finished outcomes, its never-started tasks given back,
         its started-but-unfinished tasks made recoverable now. We hold the host lock, so the
         journal's run is dead. One read and one write, only after a kill. ``False``: another
@@ -381,7 +381,7 @@ class Runner:
         queue = self.settings.queue_sheet
         # The rows this write changes, read whole first: the claimed tasks' payloads for the
         # handlers, and every target's full pre-image, so that a person moving a column
-        # between this read and the write can be undone cell by cell (DESIGN.md §5).
+        # between this read and the write can be undone cell by cell (docs/design.md §5).
         numbers = tuple(sorted({u.row for u in plan.changes.updates if u.key is not None}))
         whole = self.store.read([Read(queue, None, rows=numbers)])[0] if numbers else None
         results = self._pending

@@ -1,4 +1,4 @@
-"""The columns sheetq needs, checked before any command reads or writes (DESIGN.md §2)."""
+"""The columns sheetq needs, checked before any command reads or writes (docs/design.md §2)."""
 
 from __future__ import annotations
 

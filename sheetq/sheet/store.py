@@ -1,4 +1,4 @@
-"""The storage port: shaped like what a spreadsheet offers (DESIGN.md §10).
+"""The storage port: shaped like what a spreadsheet offers (docs/design.md §10).
 
 * ``open()`` — the workbook: worksheet titles, header rows, time zone, leases.
 * ``read(reads)`` — the columns asked for, with sheet row numbers, in one round trip.
@@ -279,7 +279,7 @@ class Store(Protocol):
         *,
         baseline: Sequence[Snapshot] = (),
     ) -> ApplyResult:
-        """Apply all changes atomically, every row addressed by its key (DESIGN.md §5).
+        """Apply all changes atomically, every row addressed by its key (docs/design.md §5).
 
         The local backend re-locates rows inside its transaction. The Google adapter, whose
         API writes only by position, re-locates every keyed row right before the write (a
@@ -307,7 +307,7 @@ class Store(Protocol):
 
         The local backend runs all of it in one ``BEGIN IMMEDIATE`` transaction: no other
         writer comes between the read and the writes (so enqueue's key check and insert are
-        one step, DESIGN.md §4), and the change sets commit together. Google has no
+        one step, docs/design.md §4), and the change sets commit together. Google has no
         transactions: one read, then one atomic ``batchUpdate`` per change set, so a failure
         between two leaves the earlier ones applied and the later ones not.
         """

@@ -1,4 +1,4 @@
-"""SIGKILL sweep: a real `sheetq process` killed at exact points of a batch (DESIGN.md §5 "A kill
+"""SIGKILL sweep: `sheetq process` killed at exact points of a batch (docs/design.md §5 "A kill
 loses no finished work").
 
 Handlers block until the test opens their gate file, and the test blocks the store's writes

@@ -18,7 +18,7 @@ from tests.conftest import ROOT, Book, handler_script, run_cli, write_config
 from tests.fakes.telegram_fake import FORUM_CHAT_ID, FakeBotAPI, parse_entities
 from tests.sheet_only import on_postgres, sheet_only
 
-ON_POSTGRES = True  # the behavioural suite: also runs on PostgreSQL (DESIGN.md §10)
+ON_POSTGRES = True  # the behavioural suite: also runs on PostgreSQL (docs/design.md §10)
 
 WRONG_TOKEN = "654321:WRONG-token_abcdefghijklmnopqrstuvwxyz9876"
 NEW_CHAT_ID = -1009876543210

@@ -1,5 +1,5 @@
 """`sheetq archive` through the CLI: what moves, that it moves whole and once, that archived
-keys still deduplicate, failures mid-write, and the Google request budget (DESIGN.md §8)."""
+keys still deduplicate, failures mid-write, and the Google request budget (docs/design.md §8)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import Book, GoogleBook, handler_script, make_google, run_cli, write_config
 from tests.sheet_only import on_postgres, sheet_only
 
-ON_POSTGRES = True  # the behavioural suite: also runs on PostgreSQL (DESIGN.md §10)
+ON_POSTGRES = True  # the behavioural suite: also runs on PostgreSQL (docs/design.md §10)
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 HANDLER = (

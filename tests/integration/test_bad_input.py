@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import Book, run_cli, write_config
 from tests.sheet_only import sheet_only
 
-ON_POSTGRES = True  # the behavioural suite: also runs on PostgreSQL (DESIGN.md §10)
+ON_POSTGRES = True  # the behavioural suite: also runs on PostgreSQL (docs/design.md §10)
 
 
 def _one_line(stderr: str) -> str:

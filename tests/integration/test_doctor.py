@@ -25,7 +25,7 @@ from tests.conftest import (
 from tests.fakes.telegram_fake import FORUM_CHAT_ID, FakeBotAPI
 from tests.sheet_only import on_postgres, sheet_only
 
-ON_POSTGRES = True  # the behavioural suite: also runs on PostgreSQL (DESIGN.md §10)
+ON_POSTGRES = True  # the behavioural suite: also runs on PostgreSQL (docs/design.md §10)
 
 OK = "import sys\nsys.stdin.read()\nprint('ok')\n"
 WRONG_TOKEN = "654321:WRONG-token_abcdefghijklmnopqrstuvwxyz9876"

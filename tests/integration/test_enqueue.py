@@ -1,4 +1,4 @@
-"""`sheetq enqueue` through the CLI: idempotency, real payloads, round-trips (DESIGN.md §4)."""
+"""`sheetq enqueue` through the CLI: idempotency, real payloads, round-trips (docs/design.md §4)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from sheetq.idempotency import canonical_json
 from tests.conftest import SHARED, Book, run_cli
 
-ON_POSTGRES = True  # the behavioural suite: also runs on PostgreSQL (DESIGN.md §10)
+ON_POSTGRES = True  # the behavioural suite: also runs on PostgreSQL (docs/design.md §10)
 
 LEADS = SHARED / "data" / "leads.jsonl"
 WEBHOOKS = SHARED / "data" / "github-webhooks"

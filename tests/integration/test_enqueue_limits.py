@@ -1,4 +1,4 @@
-"""Enqueue at its limits (DESIGN.md §4): encoded derived keys, racing same-key enqueues on the
+"""Enqueue at its limits (docs/design.md §4): encoded derived keys, racing same-key enqueues on the
 local backend, `--jsonl` split under Google's 10 MB request cap, SHEETQ_ENQUEUE_TIMEOUT."""
 
 from __future__ import annotations

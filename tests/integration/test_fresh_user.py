@@ -1,4 +1,4 @@
-"""What a fresh user met (issue 9 clean-ups): global options after the command, terminals
+"""What a fresh user met: global options after the command, terminals
 safe from bidi tricks in payloads, and `show` with the history `archive` moved away."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import Book, run_cli
 
-ON_POSTGRES = True  # the behavioural suite: also runs on PostgreSQL (DESIGN.md §10)
+ON_POSTGRES = True  # the behavioural suite: also runs on PostgreSQL (docs/design.md §10)
 
 TRICKS = "\u202eevil\u202c \u2066x\u2069 \u200f\u2028"  # RLO/PDF, LRI/PDI, RLM, LSEP
 

@@ -1,5 +1,5 @@
 """The Google adapter through gspread against the loopback Sheets API emulator: request
-budgets (DESIGN.md §6), faults, a person editing mid-run, init formatting, errors."""
+budgets (docs/design.md §6), faults, a person editing mid-run, init formatting, errors."""
 
 from __future__ import annotations
 

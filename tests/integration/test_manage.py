@@ -13,7 +13,7 @@ from tests.conftest import Book, handler_script, run_cli, write_config
 from tests.integration.test_process import assert_log_matches_queue
 from tests.sheet_only import on_postgres, sheet_only
 
-ON_POSTGRES = True  # the behavioural suite: also runs on PostgreSQL (DESIGN.md §10)
+ON_POSTGRES = True  # the behavioural suite: also runs on PostgreSQL (docs/design.md §10)
 
 NOW = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 FAIL = "import sys\nsys.stdin.read()\nsys.stderr.write('no such product')\nsys.exit(65)\n"

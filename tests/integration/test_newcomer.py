@@ -1,4 +1,4 @@
-"""The CLI as a newcomer meets it (issue 11): honest exit codes, honest numbers, clean
+"""The CLI as a newcomer meets it: honest exit codes, honest numbers, clean
 terminals, and the input a real setup produces."""
 
 from __future__ import annotations

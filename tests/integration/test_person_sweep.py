@@ -1,4 +1,4 @@
-"""The person-edit sweep (issue 8, DESIGN.md §5 "Rows are addressed by `task_id`, in every
+"""The person-edit sweep (docs/design.md §5 "Rows are addressed by `task_id`, in every
 write"): for every command that writes, for every boundary between two of its Sheets requests,
 each edit a person makes in the browser is applied at that boundary (the emulator's
 ``after(k, …)`` hook), and the promises are checked:
@@ -45,7 +45,7 @@ pytestmark = [pytest.mark.google, pytest.mark.slow, pytest.mark.xdist_group("per
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 QUEUE, LOG, ARCHIVE = "Queue", "QueueLog", "QueueArchive"
 NOTE = "manager: call the supplier about the March invoices"
-ORIGINAL_COLUMNS = QUEUE_COLUMNS[:9]  # the Apps Script layout sheetq adopts (DESIGN.md §2)
+ORIGINAL_COLUMNS = QUEUE_COLUMNS[:9]  # the Apps Script layout sheetq adopts (docs/design.md §2)
 
 
 # --- the fixture builder ----------------------------------------------------------------------
@@ -93,7 +93,7 @@ def ts(when: datetime) -> str:
 
 
 def canonical(payload: Any) -> str:
-    """DESIGN.md §4: sorted keys, compact separators, non-ASCII kept, strings NFC."""
+    """docs/design.md §4: sorted keys, compact separators, non-ASCII kept, strings NFC."""
 
     def nfc(value: Any) -> Any:
         if isinstance(value, str):

@@ -11,7 +11,7 @@ import pytest
 from tests.cli_helpers import assert_log_matches_queue, enqueue_task, set_now
 from tests.conftest import Book, handler_script, run_cli, write_config
 
-ON_POSTGRES = True  # the behavioural suite: also runs on PostgreSQL (DESIGN.md §11)
+ON_POSTGRES = True  # the behavioural suite: also runs on PostgreSQL (docs/design.md §11)
 
 NOW = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 COUNTER = """
@@ -436,7 +436,7 @@ def test_unparseable_next_retry_at_is_due_and_warned(
     book: Book, tmp_path: Path, status: str
 ) -> None:
     """A next_retry_at a person typed as 'not a date': the row runs (counted as due), and
-    both `status` and `process` say so on stderr (DESIGN.md §2)."""
+    both `status` and `process` say so on stderr (docs/design.md §2)."""
     if _on_pg(book):
         pytest.skip("a PostgreSQL timestamptz cannot hold text a person typed into a cell")
     write_config(f"[types.job]\ncommand = {_exit_handler(tmp_path, 'ok', 0)}\n")

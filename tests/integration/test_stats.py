@@ -1,5 +1,5 @@
 """`sheetq stats` through the CLI: counts equal the log, exact percentiles on a frozen clock,
-filters, an empty log, bad input, and the Google request budget (DESIGN.md §8)."""
+filters, an empty log, bad input, and the Google request budget (docs/design.md §8)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import pytest
 from sheetq.times import format_ts
 from tests.conftest import SHARED, Book, run_cli, write_config
 
-ON_POSTGRES = True  # the behavioural suite: also runs on PostgreSQL (DESIGN.md §10)
+ON_POSTGRES = True  # the behavioural suite: also runs on PostgreSQL (docs/design.md §10)
 
 LEADS = SHARED / "data" / "leads.jsonl"
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)

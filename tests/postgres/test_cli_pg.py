@@ -1,4 +1,4 @@
-"""The commands on PostgreSQL (DESIGN.md §11): init's report, refusal of a database without
+"""The commands on PostgreSQL (docs/design.md §11): init's report, refusal of a database without
 this sheetq's schema, keys that hold under racing enqueues and after archive, doctor."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""PostgreSQL that cannot be used (DESIGN.md §4 exit codes, §11 "Connection"): unreachable,
+"""PostgreSQL that cannot be used (docs/design.md §4 exit codes, §11 "Connection"): unreachable,
 silent, a wrong password, a missing database, a role without privileges, an older schema.
 A sweep of every failure × every command that touches the queue: one clear line on stderr
 (doctor: one problem line), the documented exit code, within a bounded time, the password

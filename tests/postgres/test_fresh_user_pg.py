@@ -1,4 +1,4 @@
-"""What a fresh user met on PostgreSQL (issue 9 clean-ups): `--database-url` everywhere the
+"""What a fresh user met on PostgreSQL: `--database-url` everywhere the
 variable works, errors that name the option given and never the password, and messages
 that speak of the database, not of a sheet."""
 

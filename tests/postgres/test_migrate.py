@@ -1,5 +1,5 @@
 """`sheetq migrate --to postgresql://…`: a sheet or local queue copied into PostgreSQL with
-ids, keys, statuses, attempts, leases and history kept; rerunnable; refusals (DESIGN.md §11)."""
+ids, keys, statuses, attempts, leases and history kept; reruns; refusals (docs/design.md §11)."""
 
 from __future__ import annotations
 

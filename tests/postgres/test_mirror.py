@@ -1,4 +1,4 @@
-"""The spreadsheet as a live mirror of a PostgreSQL queue (DESIGN.md §12, issue 10): `sheetq
+"""The spreadsheet as a live mirror of a PostgreSQL queue (docs/design.md §12): `sheetq
 mirror` against a real PostgreSQL server and the loopback Sheets emulator, both variables set."""
 
 from __future__ import annotations
@@ -468,7 +468,7 @@ def test_worker_mirrors_every_interval(
 def test_alert_links_a_mirrored_task_to_its_mirror_row_and_others_to_show(
     mirrored: Mirrored, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """DESIGN §11 Alerts: with a mirror, a failed task's link is its mirror row (the URL with
+    """docs/design.md §11 Alerts: with a mirror, a failed task links its mirror row (the URL with
     the Queue sheet's gid and range); a task not yet mirrored keeps `sheetq show ID`."""
     from tests.fakes.telegram_fake import FORUM_CHAT_ID, FakeBotAPI
 

@@ -1,4 +1,4 @@
-"""`sheetq process` on PostgreSQL (DESIGN.md §11): claims with SKIP LOCKED, per-task settle
+"""`sheetq process` on PostgreSQL (docs/design.md §11): claims with SKIP LOCKED, per-task settle
 fenced by the lease, recovery once, concurrent runs that never share a task."""
 
 from __future__ import annotations

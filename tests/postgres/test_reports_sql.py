@@ -1,6 +1,6 @@
 """`status`, `stats`, `list` and `show` computed in SQL on PostgreSQL give, byte for byte,
 the `--json` documents of the shared Python path (`SHEETQ_PG_REPORTS=python`) on the same
-rows: a sweep over random queues (DESIGN.md §11, issue 9)."""
+rows: a sweep over random queues (docs/design.md §11)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The worker's turn (DESIGN.md §11 "Settle per task"): several outcomes and the next claims
+"""The worker's turn (docs/design.md §11 "Settle per task"): several outcomes and the next claims
 in one transaction, each outcome still fenced by its own lease."""
 
 from __future__ import annotations

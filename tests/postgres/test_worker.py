@@ -1,4 +1,4 @@
-"""`sheetq worker` (DESIGN.md §11): concurrency, LISTEN/NOTIFY wake-up, graceful SIGTERM,
+"""`sheetq worker` (docs/design.md §11): concurrency, LISTEN/NOTIFY wake-up, graceful SIGTERM,
 and a kill -9 that leaves only started tasks outcome-unknown."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Several `sheetq worker` processes and `sheetq process` runs on one PostgreSQL queue
-(DESIGN.md §11): every task runs exactly once however many share it, and a SIGKILLed
+(docs/design.md §11): every task runs exactly once however many share it, and a SIGKILLed
 worker's running tasks are recovered by the others after their lease, per `on_unknown`,
 while no other task runs twice."""
 

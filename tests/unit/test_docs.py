@@ -58,7 +58,7 @@ def test_template_config_is_valid(tmp_path: Path) -> None:
 
 
 def test_readme_sends_the_reader_to_no_missing_file() -> None:
-    """Every Markdown file the README names (DESIGN.md was one) is in the repository."""
+    """Every Markdown file the README names (docs/design.md was one) is in the repository."""
     named = set(re.findall(r"[\w./-]*\w\.md\b", README))
     missing = sorted(n for n in named if not (ROOT / n).exists())
     assert not missing, missing

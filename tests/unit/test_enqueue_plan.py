@@ -1,4 +1,4 @@
-"""Enqueue planning (DESIGN.md §4): writes under a byte cap, whole lines in order."""
+"""Enqueue planning (docs/design.md §4): writes under a byte cap, whole lines in order."""
 
 from __future__ import annotations
 

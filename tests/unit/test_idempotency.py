@@ -1,4 +1,4 @@
-"""Canonical JSON, payload hash and the four key rules (DESIGN.md §4)."""
+"""Canonical JSON, payload hash and the four key rules (docs/design.md §4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Key value encoding of DESIGN.md §4: derived keys never collide, ordinary ids unchanged."""
+"""Key value encoding of docs/design.md §4: derived keys never collide, ordinary ids unchanged."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def test_derived_key_over_200_characters_falls_to_the_hash() -> None:
 
 
 def test_key_fields_over_the_limit_go_to_the_hash_not_the_builtin_rule() -> None:
-    """Rule 2 breaking the limits falls through to rule 4, as DESIGN.md §4 says."""
+    """Rule 2 breaking the limits falls through to rule 4, as docs/design.md §4 says."""
     payload = {"a": "y" * 300, "lead_id": "L-1"}
     assert _key(payload, ("a",)) == "t:" + payload_hash(canonical_json(payload))
 

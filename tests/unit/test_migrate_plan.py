@@ -1,5 +1,5 @@
 """`sheetq.migrate`'s pure planning: conversion as the sheet engine reads, per-row refusals,
-key winners (DESIGN.md §4, §11)."""
+key winners (docs/design.md §4, §11)."""
 
 from __future__ import annotations
 

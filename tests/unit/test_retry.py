@@ -1,4 +1,4 @@
-"""decide(): the retry policy as a pure function (DESIGN.md §5, §7)."""
+"""decide(): the retry policy as a pure function (docs/design.md §5, §7)."""
 
 from __future__ import annotations
 
