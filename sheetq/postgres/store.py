@@ -440,7 +440,7 @@ class PgStore:
             schema.upgrade(self.conn)
         except psycopg.Error as exc:
             raise explain(exc, self.url) from None
-        applied = [(number, name) for number, name, _ in schema.MIGRATIONS if number > before]
+        applied = [(m.version, m.name) for m in schema.MIGRATIONS if m.version > before]
         return applied, schema.VERSION
 
     @property

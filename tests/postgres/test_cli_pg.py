@@ -75,7 +75,7 @@ def test_an_older_schema_is_refused_with_run_init(
     """A database one migration behind this sheetq: exit 2, "run `sheetq init`"."""
     from sheetq.postgres import schema
 
-    later = (*schema.MIGRATIONS, (schema.VERSION + 1, "a later one", "SELECT 1"))
+    later = (*schema.MIGRATIONS, schema.Migration(schema.VERSION + 1, "a later one", "SELECT 1"))
     monkeypatch.setattr(schema, "MIGRATIONS", later)
     monkeypatch.setattr(schema, "VERSION", schema.VERSION + 1)
     for args in (["status"], ["enqueue", "job", "{}"], ["list"]):

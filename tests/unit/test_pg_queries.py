@@ -1,0 +1,31 @@
+"""The PostgreSQL engine's named queries and numbered migration files load as documented."""
+
+from __future__ import annotations
+
+import pytest
+
+from sheetq.postgres import queries, schema
+
+
+def test_a_file_gives_one_statement_per_name() -> None:
+    text = "-- name: one\n-- what it does\nSELECT 1;\n\n-- name: two\nSELECT\n  2\n"
+    assert queries.parse(text, "x.sql") == {"one": "SELECT 1", "two": "SELECT\n  2"}
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("-- name: a\nSELECT 1\n-- name: a\nSELECT 2\n", "defined twice"),
+        ("-- name: empty\n-- only a comment\n", "has no statement"),
+    ],
+)
+def test_a_broken_file_is_refused_at_load(text: str, says: str) -> None:
+    with pytest.raises(RuntimeError, match=says):
+        queries.parse(text, "x.sql")
+
+
+def test_every_shipped_query_and_migration_loads() -> None:
+    assert queries.QUERIES and all(q.strip() for q in queries.QUERIES.values())
+    versions = [m.version for m in schema.MIGRATIONS]
+    assert versions == list(range(1, len(versions) + 1)) and versions[-1] == schema.VERSION
+    assert all(m.name and not m.name.startswith("-") for m in schema.MIGRATIONS)
