@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, tzinfo
 
 from sheetq.config import Settings
 from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS, Event, Status
@@ -42,7 +43,7 @@ from sheetq.sheet.store import (
     UpdateRow,
     cell_text,
 )
-from sheetq.times import format_ts
+from sheetq.times import format_ts, parse_ts
 
 MAX_WRITE_BYTES = 9_000_000  # request JSON per write; Google refuses a body over 10,485,760
 OPEN = ("pending", "processing", "retry", "failed")  # always in the mirror
@@ -379,6 +380,76 @@ def plan_write(
         chunk.last_log_id = log_id
         chunk.log_appended += 1
     return WritePlan([c for c in chunks if c.changes], record, forget, put_back)
+
+
+# --- the first pass after `sheetq migrate` ------------------------------------------------------
+
+LogIdentity = tuple[str, str, str]  # (task_id, event, ts as sheetq writes it)
+
+
+def _identity(values: Mapping[str, CellValue], tz: tzinfo, locale: str) -> LogIdentity:
+    """A log row's identity: its task, event and time. The time is normalised as ``migrate``
+    stores it (a time typed in the spreadsheet's locale or time zone reads as the same
+    moment); a cell that is no time keeps its text."""
+    raw = values.get("ts")
+    moment = parse_ts(raw, tz, locale)
+    ts = format_ts(moment) if isinstance(moment, datetime) else cell_text(raw).strip()
+    return (
+        cell_text(values.get("task_id")).strip(),
+        cell_text(values.get("event")).strip(),
+        ts,
+    )
+
+
+@dataclass
+class Recognised:
+    """The log rows a first pass appends (``logs``: (id, cells), oldest first; the last
+    one's id is ``last_id``'s when rows already present follow it) and the rows it found
+    already in QueueLog (``present``). ``last_id``: the newest log id looked at (``None``:
+    none), which the pass may record as mirrored once what it appends has landed."""
+
+    logs: list[tuple[int, Mapping[str, CellValue]]]
+    present: int
+    last_id: int | None
+
+
+class LogRecogniser:
+    """Which log rows of PostgreSQL QueueLog already holds: the rows ``sheetq migrate``
+    copied from this spreadsheet (docs/design.md §12), recognised by task, event and time.
+    A multiset: two identical rows in QueueLog (two duplicates enqueued in one second)
+    stand for two rows in PostgreSQL, no more."""
+
+    def __init__(self, log: Snapshot, tz: tzinfo, locale: str) -> None:
+        self._left: Counter[LogIdentity] = Counter(
+            _identity(row.values, tz, locale) for row in log.rows
+        )
+        self._left.pop(("", "", ""), None)  # blank rows
+        self.logs: list[tuple[int, Mapping[str, CellValue]]] = []
+        self.present = 0
+        self.last_id: int | None = None
+
+    def feed(self, page: Sequence[tuple[int, Mapping[str, CellValue]]], limit: int) -> bool:
+        """Look at a page of log rows (id order); whether the page was looked at whole with
+        fewer than ``limit`` rows to append (then the next page may be looked at too)."""
+        for log_id, values in page:
+            if len(self.logs) >= limit:
+                return False
+            self.last_id = log_id
+            key = _identity(values, UTC, "en_US")  # PostgreSQL's times: sheetq's ``…Z``
+            if self._left[key] > 0:
+                self._left[key] -= 1
+                self.present += 1
+            else:
+                self.logs.append((log_id, values))
+        return len(self.logs) < limit
+
+    def result(self) -> Recognised:
+        """The rows to append; the last one carries the newest id looked at, so that rows
+        found present after it count as mirrored once it has landed."""
+        logs = list(self.logs)
+        if logs and self.last_id is not None:
+            logs[-1] = (self.last_id, logs[-1][1])
+        return Recognised(logs, self.present, self.last_id)
 
 
 def token_for(last_log_id: int, nonce: int) -> str:

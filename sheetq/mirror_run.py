@@ -33,6 +33,7 @@ from sheetq.clock import Clock
 from sheetq.errors import ConfigError, LeaseConflict
 from sheetq.mirror import (
     MAX_WRITE_BYTES,
+    LogRecogniser,
     Texts,
     plan_edits,
     plan_write,
@@ -44,13 +45,14 @@ from sheetq.mirror import (
 )
 from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS, new_run_id
 from sheetq.sheet.store import LeaseChange, Read, Snapshot
-from sheetq.times import format_ts
+from sheetq.times import format_ts, zone
 
 if TYPE_CHECKING:
     from sheetq.config import Settings
     from sheetq.sheet.store import Store, WorkbookInfo
 
 LOG_ROWS_PER_PASS = 50_000  # a pass catching up after an outage appends at most this many
+_LOG_IDENTITY = ("ts", "task_id", "event")  # what recognises a log row migrate copied
 
 
 @dataclass
@@ -66,6 +68,7 @@ class MirrorReport:
     requeued: int = 0
     owners_saved: int = 0
     put_back: int = 0
+    recognised: int = 0  # log rows the first pass found in QueueLog already (migrate's)
     requests: int = 0
     lag_seconds: float | None = None
     warnings: list[str] = field(default_factory=list)
@@ -82,6 +85,7 @@ class MirrorReport:
             "requeued": self.requeued,
             "owners_saved": self.owners_saved,
             "put_back": self.put_back,
+            "log_recognised": self.recognised,
             "requests": self.requests,
             "lag_seconds": None if self.lag_seconds is None else round(self.lag_seconds),
         }
@@ -90,10 +94,16 @@ class MirrorReport:
         """The one-line summary of ``sheetq mirror``."""
         if self.conflict:
             return self.conflict
+        present = (
+            f" ({self.recognised} already in the log sheet, copied by migrate)"
+            if self.recognised
+            else ""
+        )
         return (
             f"mirror: {self.updated} updated, {self.appended} appended, {self.deleted} removed, "
-            f"{self.log_appended} log rows; {self.requeued} requeued, {self.owners_saved} "
-            f"owner(s) saved, {self.put_back} put back; {self.requests} Sheets request(s)"
+            f"{self.log_appended} log rows{present}; {self.requeued} requeued, "
+            f"{self.owners_saved} owner(s) saved, {self.put_back} put back; "
+            f"{self.requests} Sheets request(s)"
         )
 
 
@@ -190,8 +200,11 @@ class _Pass:
 
         start = self.sheet.requests_made
         now = self.clock.now()
+        with self.pg.transaction() as conn:
+            before = self.mirror.state(conn)
+        first = before.last_pass is None and not before.token
         try:
-            info, snap = self._read()
+            info, snap, log = self._read(first)
         except StoreError as exc:
             self.mirror.record_failure(now, str(exc))
             raise
@@ -212,7 +225,12 @@ class _Pass:
             known = self.mirror.known(conn, ids - set(loaded.truth) - set(loaded.written))
             mark = token_log_id(sheet_token)
             after = mark if mark is not None and mark <= loaded.max_log_id else state.last_log_id
-            logs = self.mirror.logs_since(conn, after, LOG_ROWS_PER_PASS)
+            if log is None:
+                logs = self.mirror.logs_since(conn, after, LOG_ROWS_PER_PASS)
+            else:
+                logs, after = self._unseen(
+                    conn, after, LogRecogniser(log, zone(info.time_zone), info.locale)
+                )
         plan = plan_write(
             snap,
             loaded.truth,
@@ -279,14 +297,39 @@ class _Pass:
         rows = Snapshot(snap.worksheet, snap.header, snap.rows, snap.columns, whole=False)
         return [snap, rows]
 
-    def _read(self) -> tuple[WorkbookInfo, Snapshot]:
+    def _unseen(
+        self, conn: Any, after: int, recogniser: LogRecogniser
+    ) -> tuple[list[tuple[int, Any]], int]:
+        """The first pass's log rows: those after ``after`` that QueueLog does not hold yet
+        (``migrate`` copied the others from it, docs/design.md §12), at most
+        ``LOG_ROWS_PER_PASS``, looking through as many pages as that takes; and the id the
+        pass counts as mirrored when it appends none."""
+        cursor = after
+        while True:
+            page = self.mirror.logs_since(conn, cursor, LOG_ROWS_PER_PASS)
+            whole = recogniser.feed(page, LOG_ROWS_PER_PASS)
+            if not whole or len(page) < LOG_ROWS_PER_PASS:
+                break
+            cursor = page[-1][0]
+        found = recogniser.result()
+        self.report.recognised = found.present
+        if found.logs or found.last_id is None:
+            return found.logs, after
+        return [], found.last_id  # every row looked at is in QueueLog already
+
+    def _read(self, first: bool) -> tuple[WorkbookInfo, Snapshot, Snapshot | None]:
         """One ``open_with``; the first time, ``init``'s sheet side (worksheets, headers,
-        format) and the read again."""
+        format) and the read again. On the first pass to this spreadsheet the same request
+        also reads QueueLog's ``ts``, ``task_id`` and ``event`` (returned third, else
+        ``None``)."""
         settings = self.settings
         queue, log = settings.queue_sheet, settings.log_sheet
         reads = [Read(queue, QUEUE_COLUMNS)]
         layout = {queue: QUEUE_COLUMNS}
-        info, (snap,) = self.sheet.open_with(reads, layout=layout)
+        if first:
+            reads.append(Read(log, _LOG_IDENTITY))
+            layout[log] = LOG_COLUMNS
+        info, snaps = self.sheet.open_with(reads, layout=layout)
         sheets = info.sheets
         if (
             queue not in sheets
@@ -302,9 +345,9 @@ class _Pass:
             self.report.initialised += self.sheet.format_worksheets(
                 queue, log, settings.archive_sheet
             )
-            info, (snap,) = self.sheet.open_with(reads, layout=layout)
+            info, snaps = self.sheet.open_with(reads, layout=layout)
         info.sheet(queue).columns(QUEUE_COLUMNS)  # refuses a repeated sheetq header
-        return info, snap
+        return info, snaps[0], snaps[1] if first else None
 
     def _apply_edits(self, conn: Any, edits: Any, truth: dict[str, Texts], now: datetime) -> None:
         """Requeues and owners, planned from the tasks under a row lock, applied with their
