@@ -21,6 +21,7 @@ from typing import Any
 
 from sheetq.errors import ConfigError
 from sheetq.retry import RetryPolicy
+from sheetq.textfile import read_utf8
 from sheetq.times import parse_duration
 
 DEFAULT_CONFIG = "sheetq.toml"
@@ -357,18 +358,7 @@ def check_database_url(url: str, *, source: str = DATABASE_URL_SOURCE) -> None:
 def read_toml(path: Path) -> dict[str, Any]:
     """Read a TOML file (UTF-8, a BOM allowed); errors name the file, line and column
     (exit code 2)."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise ConfigError(
-            f"{path}: not UTF-8 text (line {line}, byte {exc.start}: {data[exc.start]:#04x}); "
-            "save it as UTF-8"
-        ) from None
+    text = read_utf8(path)
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

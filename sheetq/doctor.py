@@ -117,7 +117,7 @@ def check_configuration(
             detail = f"no {where.name} in {where.parent}: no task types configured"
             hint = "to run tasks, copy templates/sheetq.toml"
         checks = [fine("configuration", detail, hint)]
-    checks.append(_env_files(where))
+    checks += _env_files(where)
     target = settings.spreadsheet
     if settings.database_url and not target:
         checks.append(
@@ -138,14 +138,19 @@ def check_configuration(
     return settings, checks
 
 
-def _env_files(config: Path) -> Check:
-    """Which ``.env`` files were read (``sheetq.envfiles``): cron jobs start in ``$HOME``."""
-    from sheetq.envfiles import ENV_FILES
+def _env_files(config: Path) -> list[Check]:
+    """Which ``.env`` files were read (``sheetq.envfiles``): cron jobs start in ``$HOME``;
+    one problem line per file that could not be (not UTF-8, a line that does not parse)."""
+    from sheetq.envfiles import ENV_FILES, ENV_PROBLEMS
 
+    fix = "none of that file is used until it is fixed"
+    problems = [problem(".env", message, fix) for message in ENV_PROBLEMS]
     if ENV_FILES:
-        return fine(".env", "read " + ", then ".join(str(p) for p in ENV_FILES))
+        return [fine(".env", "read " + ", then ".join(str(p) for p in ENV_FILES)), *problems]
+    if problems:
+        return problems
     places = sorted({str(Path.cwd()), str(config.expanduser().absolute().parent)})
-    return fine(".env", f"none read (looked in {' and '.join(places)})")
+    return [fine(".env", f"none read (looked in {' and '.join(places)})")]
 
 
 def _fallback_settings(

@@ -45,6 +45,7 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _options(
+    ctx: typer.Context,
     spreadsheet: Annotated[
         str | None,
         typer.Option(
@@ -94,13 +95,15 @@ def _options(
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
     ] = False,
 ) -> None:
-    from sheetq.envfiles import load_beside_config
+    from sheetq.envfiles import load_beside_config, raise_problem
 
     if load_beside_config(config):  # cron: the project's .env, though run from $HOME
         import os
 
         spreadsheet = spreadsheet or os.environ.get("SHEETQ_SPREADSHEET")
         database_url = database_url or os.environ.get("SHEETQ_DATABASE_URL")
+    if ctx.invoked_subcommand != "doctor":  # doctor lists a broken .env among its checks
+        raise_problem()
     state.spreadsheet = spreadsheet
     state.database_url = database_url
     state.config = config
@@ -145,10 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``sheetq`` console script; returns (and exits with) the exit code."""
     from pathlib import Path
 
-    from sheetq.envfiles import ENV_FILES, load_env_file
+    from sheetq.envfiles import load_env_file, reset
 
-    ENV_FILES.clear()
-    load_env_file(Path(".env"))
+    reset()
+    load_env_file(Path(".env"))  # before the options are parsed: they read its variables
     _stop_on_sigterm()
     code = 0
     try:
