@@ -153,20 +153,32 @@ class _MaskToken(logging.Filter):
         return True
 
 
+class _DropBodyDump(logging.Filter):
+    """PTB logs an answer that is not JSON (a proxy's 502 page) at ERROR with its traceback,
+    then raises ``NetworkError``; the ``Delivery`` note already says it in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Can not load invalid JSON data")
+
+
 @contextmanager
 def _guarded(settings: TelegramSettings) -> Iterator[None]:
-    """While sending: PTB's int/timedelta deprecation silenced, token masked in PTB/httpx logs."""
+    """While sending: PTB's int/timedelta deprecation silenced, token masked in PTB/httpx
+    logs, PTB's dump of an answer that is not JSON dropped."""
     os.environ.setdefault("PTB_TIMEDELTA", "true")  # before telegram is imported
     mask = _MaskToken(secret_list(settings))
     loggers = [logging.getLogger(name) for name in _LEAKY_LOGGERS]
     for logger in loggers:
         logger.addFilter(mask)
+    dump, drop = logging.getLogger("telegram.request.BaseRequest"), _DropBodyDump()
+    dump.addFilter(drop)
     try:
         with warnings.catch_warnings():
             # PTBDeprecationWarning (a DeprecationWarning) for the int form of retry_after
             warnings.simplefilter("ignore", DeprecationWarning)
             yield
     finally:
+        dump.removeFilter(drop)
         for logger in loggers:
             logger.removeFilter(mask)
 

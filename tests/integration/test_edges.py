@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Book, run_cli, run_proc
+from tests.conftest import Book, handler_script, run_cli, run_proc, write_config
 
 NOT_UTF8 = b"SHEETQ_BATCH=1\nGREETING=caf\xe9\n"  # Latin-1 "café": byte 27 on line 2
 
@@ -61,3 +61,31 @@ def test_broken_dotenv_beside_the_config_is_named(tmp_path: Path) -> None:
         f"sheetq: error: {project / '.env'}: not UTF-8 text (line 2, byte 27: 0xe9); "
         "save it as UTF-8\n"
     )
+
+
+# --- Telegram behind a proxy ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("empty_book", ["local"], indirect=True)
+@pytest.mark.parametrize("quiet", [[], ["-q"]], ids=["plain", "quiet"])
+def test_proxy_error_page_instead_of_telegram_is_one_line(
+    book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, quiet: list[str]
+) -> None:
+    """A proxy answers Telegram's sendMessage with its 502 HTML page (not JSON): `process`
+    (also with -q, as cron runs it) says so in one stderr line, no library traceback; the
+    alert stays owed."""
+    from tests.fakes.telegram_fake import FORUM_CHAT_ID, FakeBotAPI
+
+    fail = handler_script(tmp_path, "fail", "import sys\nsys.exit(65)\n")
+    write_config(f"[types.x]\ncommand = {fail}\n")
+    assert run_cli(["enqueue", "x", "{}"]).code == 0
+    with FakeBotAPI() as fake:
+        monkeypatch.setenv("SHEETQ_TELEGRAM_API_URL", fake.base_url)
+        monkeypatch.setenv("TELEGRAM_BOT_TOKEN", fake.token)
+        monkeypatch.setenv("TELEGRAM_CHAT_ID", str(FORUM_CHAT_ID))
+        fake.server_error_next(502)
+        r = run_cli(["process", "--json", *quiet])
+    assert r.code == 0 and r.json()["alerts_owed"] == 1
+    assert "Traceback" not in r.stderr and "<html" not in r.stderr.lower()
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and "Telegram unreachable or failing (Bad Gateway (502))" in lines[0]
