@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 from pathlib import Path
 
 from sheetq.checks import Check, fine, problem
@@ -24,9 +23,9 @@ from sheetq.errors import ConfigError, LeaseConflict, SchemaError, SheetqError
 from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS
 from sheetq.sheet import LOCAL_PREFIX, is_local
 from sheetq.sheet.store import ChangeSet, LeaseChange, Store, WorkbookInfo
+from sheetq.sheet.workbook_file import refusal
 
 PROBE_RANGE = "sheetq_doctor_probe"  # the named range the write probe adds and removes
-_SQLITE_MAGIC = b"SQLite format 3\x00"
 FIX_KEY_FILE = (
     "download a JSON key (Google Cloud console → IAM → Service accounts → Keys) and set "
     "GOOGLE_APPLICATION_CREDENTIALS to its path"
@@ -35,7 +34,6 @@ FIX_KEY = (
     "copy the key from the sheet's address, https://docs.google.com/spreadsheets/d/KEY/edit, "
     "into SHEETQ_SPREADSHEET"
 )
-FIX_LOCAL = "point SHEETQ_SPREADSHEET at the file `sheetq init` made, or run `sheetq init`"
 FIX_SHARE = "open the spreadsheet, press Share and add {who} as Editor"
 
 
@@ -147,10 +145,9 @@ def check_local(settings: Settings) -> list[Check]:
     path, what = Path(raw).expanduser(), "local workbook"
     if not raw:
         return [problem(what, "local: names no file", "give a path: local:sheetq.db")]
-    if not path.exists():
-        return [problem(what, f"{path.resolve()}: no such file", "run `sheetq init` to create it")]
-    if not _is_sheetq_db(path):
-        return [problem(what, f"{path} is not a sheetq workbook", FIX_LOCAL)]
+    refused = refusal(path)  # what `status` and `init` would say, read-only
+    if refused is not None:
+        return [problem(what, *refused)]
     checks = [fine(what, f"{path.resolve()} is a sheetq workbook")]
     if not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
         fix = "let this user write the file and its folder (SQLite adds -wal and -shm files)"
@@ -165,22 +162,6 @@ def check_local(settings: Settings) -> list[Check]:
         return [*checks, problem(what, exc.message)]
     finally:
         store.close()
-
-
-def _is_sheetq_db(path: Path) -> bool:
-    """A SQLite file with sheetq's tables, checked read-only (nothing is changed)."""
-    try:
-        with path.open("rb") as handle:
-            if handle.read(16) != _SQLITE_MAGIC:
-                return False
-        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-        try:
-            names = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
-        finally:
-            db.close()
-    except (OSError, sqlite3.DatabaseError):
-        return False
-    return {"workbook", "worksheets", "leases"} <= names
 
 
 # --- Google ----------------------------------------------------------------------------------

@@ -35,6 +35,12 @@ from sheetq.sheet.store import (
     cell_text,
     row_identity,
 )
+from sheetq.sheet.workbook_file import (
+    SHEETQ_TABLES,
+    content_refusal,
+    path_refusal,
+    table_names,
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS workbook (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -76,37 +82,27 @@ def _mapped(method: F) -> F:
 class SqliteStore:
     """A local workbook in the SQLite file ``path``.
 
-    Raises ``SchemaError`` (exit 2) when the file does not exist and
-    ``create`` is false: `sheetq init` makes it.
+    Raises ``SchemaError`` (exit 2) for what ``sheetq.sheet.workbook_file`` refuses: a
+    folder, a missing folder, another program's file, and, unless ``create`` (`sheetq
+    init`, which makes it), a file that is not there yet.
     """
 
     def __init__(self, path: str | Path, *, create: bool = False, timeout: float = 30.0) -> None:
         self.path = Path(path).expanduser()
-        if not create and not self.path.exists():
-            raise SchemaError(
-                f"{self.path}: no such local workbook; run `sheetq init` to create it"
-            )
+        refused = path_refusal(self.path, create=create)
+        if refused is not None:
+            raise SchemaError("; ".join(refused))
         try:
-            if create:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.path, timeout=timeout, isolation_level=None)
             # Look before touching: another program's SQLite file is never changed.
-            ours = self._has_schema()
-            if not ours and (not create or self._has_tables()):
-                other = self._has_tables()
+            tables = table_names(self._db)
+            refused = content_refusal(self.path, tables, create=create)
+            if refused is not None:
                 self._db.close()
-                raise SchemaError(
-                    f"{self.path}: not a sheetq workbook"
-                    + (" (it holds another program's tables)" if other else "")
-                    + (
-                        "; sheetq never changes it: choose another path"
-                        if create or other  # `status` and `init` give the same answer
-                        else "; run `sheetq init` to create one"
-                    )
-                )
+                raise SchemaError("; ".join(refused))
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
-            if create and not ours:
+            if create and not SHEETQ_TABLES.issubset(tables or ()):
                 self._db.executescript(_SCHEMA)
                 self._db.execute(
                     "INSERT OR IGNORE INTO workbook VALUES ('title', ?)", (self.path.stem,)
@@ -114,13 +110,6 @@ class SqliteStore:
         except sqlite3.DatabaseError as exc:
             raise SchemaError(f"{self.path}: not a sheetq workbook ({exc})") from None
         self._requests = 0
-
-    def _has_schema(self) -> bool:
-        names = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master")}
-        return {"workbook", "worksheets", "leases"} <= names
-
-    def _has_tables(self) -> bool:
-        return self._db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone() is not None
 
     # --- port ---------------------------------------------------------------
 

@@ -5,11 +5,12 @@ the mirror — each one clear line on stderr and the documented exit code."""
 from __future__ import annotations
 
 import os
+import sqlite3
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import Book, handler_script, run_cli, run_proc, write_config
+from tests.conftest import Book, Result, handler_script, run_cli, run_proc, write_config
 
 NOT_UTF8 = b"SHEETQ_BATCH=1\nGREETING=caf\xe9\n"  # Latin-1 "café": byte 27 on line 2
 
@@ -89,3 +90,79 @@ def test_proxy_error_page_instead_of_telegram_is_one_line(
     assert "Traceback" not in r.stderr and "<html" not in r.stderr.lower()
     lines = r.stderr.splitlines()
     assert len(lines) == 1 and "Telegram unreachable or failing (Bad Gateway (502))" in lines[0]
+
+
+# --- local:PATH -----------------------------------------------------------------------------
+
+
+def _doctor_line(r: Result) -> str:
+    return next(x for x in r.stdout.splitlines() if "local workbook" in x)
+
+
+def _doctor_answer(r: Result) -> str:
+    """The `local workbook` problem of `doctor` as `init` words it: "DETAIL; FIX"."""
+    line = _doctor_line(r)
+    assert line.startswith("problem local workbook  "), line
+    return line.removeprefix("problem local workbook  ").replace("  → ", "; ")
+
+
+def test_local_file_in_a_missing_folder_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`local:/no/such/dir/q.db`: `init` creates nothing (no folder, no file) and says which
+    folder is missing (exit 2); `status` and `doctor` say the same."""
+    folder = tmp_path / "typo" / "dir"
+    monkeypatch.setenv("SHEETQ_SPREADSHEET", f"local:{folder / 'q.db'}")
+    why = f"{folder / 'q.db'}: no such folder {folder}"
+    for command in ("init", "status"):
+        r = run_cli([command])
+        assert r.code == 2 and r.stderr.startswith(f"sheetq: error: {why}; "), r.stderr
+        assert len(r.stderr.splitlines()) == 1
+    assert not (tmp_path / "typo").exists()
+    r = run_cli(["doctor"])
+    assert r.code == 1 and _doctor_answer(r).startswith(why)
+
+
+def test_local_folder_is_refused_naming_a_file_in_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`local:<a folder>`: init, status and doctor all say it is a folder and name a file
+    in it; nothing is created in the folder."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    monkeypatch.setenv("SHEETQ_SPREADSHEET", f"local:{folder}")
+    line = f"{folder}: a folder, not a file; name a file in it (local:{folder}/sheetq.db)"
+    for command in ("init", "status"):
+        r = run_cli([command])
+        assert (r.code, r.stderr) == (2, f"sheetq: error: {line}\n"), command
+    r = run_cli(["doctor"])
+    assert r.code == 1 and _doctor_answer(r) == line
+    assert list(folder.iterdir()) == []
+
+
+@pytest.mark.parametrize("kind", ["tables", "text"])
+def test_foreign_file_gets_one_answer_from_doctor_init_and_status(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """Another program's SQLite file, or a text file: `doctor` gives the answer `init` and
+    `status` give (choose another path), never "run `sheetq init`"; the file is unchanged."""
+    path = tmp_path / "crm.db"
+    if kind == "tables":
+        with sqlite3.connect(path) as db:
+            db.execute("CREATE TABLE customers (id INTEGER)")
+        db.close()
+    else:
+        path.write_text("name,phone\n")
+    before = path.read_bytes()
+    monkeypatch.setenv("SHEETQ_SPREADSHEET", f"local:{path}")
+    answers = []
+    for command in ("init", "status"):
+        r = run_cli([command])
+        assert r.code == 2, r.stderr
+        answers.append(r.stderr.removeprefix("sheetq: error: ").strip())
+    r = run_cli(["doctor"])
+    assert r.code == 1
+    answers.append(_doctor_answer(r))
+    assert answers[0] == answers[1] == answers[2] and "choose another path" in answers[0]
+    assert "sheetq init" not in r.stdout
+    assert path.read_bytes() == before
