@@ -24,21 +24,50 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+class _DuplicateKey(ValueError):
+    """An object names one key twice: which value is meant is ambiguous."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook``: the object, or ``_DuplicateKey`` naming the repeated key."""
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(
+                    f"key {json.dumps(key, ensure_ascii=False)} appears twice in one object; "
+                    "which value is meant is ambiguous: send each key once"
+                )
+            seen.add(key)
+    return value
+
+
 def parse_payload(text: str, *, where: str = "payload") -> dict[str, Any]:
-    """Parse one JSON object. Raises ``InputError`` naming ``where``, line and column."""
+    """Parse one JSON object. Raises ``InputError`` naming ``where`` and the place: line and
+    column (the column alone for one-line text, such as a ``--jsonl`` line, whose number
+    ``where`` gives), or the key an object repeats (at any depth: JSON parsers disagree on
+    which value wins)."""
     stripped = text.strip()
     if not stripped:
         raise InputError(f"{where}: empty; expected a JSON object such as '{{\"lead_id\": 1}}'")
     try:
-        value = json.loads(stripped, parse_constant=_reject_constant)
+        value = json.loads(
+            stripped, parse_constant=_reject_constant, object_pairs_hook=_unique_keys
+        )
     except json.JSONDecodeError as exc:
         why = exc.msg
         if why.startswith("Invalid control character"):  # json's text stops at "at"
             char = json.dumps(exc.doc[exc.pos])[1:-1]
             why = f"a raw control character inside a string (write it as {char})"
-        raise InputError(
-            f"{where}: invalid JSON at line {exc.lineno}, column {exc.colno}: {why}"
-        ) from None
+        at = (
+            f"column {exc.colno}"
+            if "\n" not in stripped
+            else f"line {exc.lineno}, column {exc.colno}"
+        )
+        raise InputError(f"{where}: invalid JSON at {at}: {why}") from None
+    except _DuplicateKey as exc:
+        raise InputError(f"{where}: {exc}") from None
     except ValueError as exc:
         if "integer string conversion" in str(exc):
             raise InputError(

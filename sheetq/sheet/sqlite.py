@@ -36,7 +36,7 @@ from sheetq.sheet.store import (
     row_identity,
 )
 from sheetq.sheet.workbook_file import (
-    SHEETQ_TABLES,
+    WORKBOOK_TABLES,
     content_refusal,
     path_refusal,
     table_names,
@@ -102,7 +102,7 @@ class SqliteStore:
                 raise SchemaError("; ".join(refused))
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
-            if create and not SHEETQ_TABLES.issubset(tables or ()):
+            if create and not WORKBOOK_TABLES.issubset(tables or ()):
                 self._db.executescript(_SCHEMA)
                 self._db.execute(
                     "INSERT OR IGNORE INTO workbook VALUES ('title', ?)", (self.path.stem,)

@@ -12,7 +12,7 @@ import sqlite3
 from pathlib import Path
 
 Refusal = tuple[str, str]
-SHEETQ_TABLES = frozenset({"workbook", "worksheets", "leases"})
+WORKBOOK_TABLES = frozenset({"workbook", "worksheets", "leases"})
 _NOT_OURS = "sheetq never changes it: choose another path"
 
 
@@ -35,7 +35,7 @@ def content_refusal(path: Path, tables: set[str] | None, *, create: bool) -> Ref
     database, or, unless ``create``, an empty one `init` would fill."""
     if tables is None:
         return f"{path}: not a sheetq workbook (not an SQLite database)", _NOT_OURS
-    if SHEETQ_TABLES.issubset(tables):
+    if WORKBOOK_TABLES.issubset(tables):
         return None
     if tables:
         return f"{path}: not a sheetq workbook (it holds another program's tables)", _NOT_OURS

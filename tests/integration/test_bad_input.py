@@ -22,7 +22,7 @@ def _one_line(stderr: str) -> str:
 @pytest.mark.parametrize(
     ("args", "stdin", "fragment"),
     [
-        (["enqueue", "lead", "{not json"], None, "invalid JSON at line 1, column 2"),
+        (["enqueue", "lead", "{not json"], None, "invalid JSON at column 2"),
         (["enqueue", "lead", "[1, 2, 3]"], None, "expected a JSON object, got an array"),
         (["enqueue", "lead", '"text"'], None, "got a string"),
         (["enqueue", "lead", "-"], "", "empty"),

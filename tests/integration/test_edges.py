@@ -166,3 +166,44 @@ def test_foreign_file_gets_one_answer_from_doctor_init_and_status(
     assert answers[0] == answers[1] == answers[2] and "choose another path" in answers[0]
     assert "sheetq init" not in r.stdout
     assert path.read_bytes() == before
+
+
+# --- ambiguous payloads -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [('{"a": 1, "a": 2}', '"a"'), ('{"lead": {"tags": [{"id": 1, "id": 1}]}, "b": 0}', '"id"')],
+    ids=["top", "nested"],
+)
+@pytest.mark.parametrize("source", ["argument", "file", "stdin", "jsonl"])
+def test_ambiguous_payload_is_refused_naming_the_key(
+    book: Book, tmp_path: Path, source: str, text: str, key: str
+) -> None:
+    """A payload naming one key twice (at any depth; JSON parsers disagree on which value
+    wins): exit 2, one line naming the key (and the --jsonl line), nothing written — given
+    inline, with --file, on stdin or as a --jsonl line."""
+    stdin = None
+    if source == "argument":
+        args, where = [text], "payload"
+    elif source == "file":
+        (tmp_path / "p.json").write_text(text, encoding="utf-8")
+        args, where = ["--file", str(tmp_path / "p.json")], str(tmp_path / "p.json")
+    elif source == "stdin":
+        args, where, stdin = ["-"], "stdin", text
+    else:
+        args, where, stdin = ["--jsonl", "-"], "stdin line 2", '{"ok": 1}\n' + text + "\n"
+    r = run_cli(["enqueue", "job", *args], input=stdin)
+    assert r.code == 2, r.stderr
+    assert r.stderr.startswith(f"sheetq: error: {where}: key {key} appears twice in one object")
+    assert len(r.stderr.splitlines()) == 1
+    assert book.records() == [] and book.log() == []
+
+
+def test_jsonl_error_says_its_line_once(book: Book) -> None:
+    """A bad --jsonl line is named by its line in the input and the column in it, not
+    "line 2: … at line 1, column 16"."""
+    r = run_cli(["enqueue", "job", "--jsonl", "-"], input='{"a": 1}\n{"a": 1, "b": }\n')
+    assert r.code == 2
+    assert r.stderr.startswith("sheetq: error: stdin line 2: invalid JSON at column 15: ")
+    assert "line 1" not in r.stderr
