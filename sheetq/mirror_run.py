@@ -124,11 +124,20 @@ def require_mirror(settings: Settings) -> None:
         )
 
 
+MAX_PASS_SECONDS = 60.0  # a pass gives up within [mirror] interval, at most this
+
+
 def sheet_store(settings: Settings) -> Store:
-    """The mirror's spreadsheet (Google, or a ``local:`` workbook), not PostgreSQL."""
+    """The mirror's spreadsheet (Google, or a ``local:`` workbook), not PostgreSQL; its
+    requests and retries end within ``[mirror] interval`` (at most ``MAX_PASS_SECONDS``),
+    so passes from cron never overlap."""
     from sheetq.sheet import open_store
 
-    return open_store(replace(settings, database_url=""))
+    return open_store(
+        replace(settings, database_url=""),
+        time_limit=min(settings.mirror_interval, MAX_PASS_SECONDS),
+        time_limit_name="[mirror] interval",
+    )
 
 
 def mirror_pass(

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from sheetq.cli._output import echo, emit_json, warn
+from sheetq.errors import StoreError
 
 
 def mirror(
@@ -21,7 +22,8 @@ def mirror(
     over a failed or skipped row requeues the task; a changed owner is saved (its
     updated_at changes, no QueueLog row; one stderr line each with -v); anything else
     typed into sheetq's columns is put back (one line on stderr per row). Exit 1 when
-    Google fails (the queue is untouched; the next pass catches up).
+    Google fails or does not answer within `[mirror] interval` (at most 60s): one line,
+    the queue untouched; the next pass catches up.
 
     Examples:
 
@@ -34,7 +36,10 @@ def mirror(
 
     settings = state.settings()
     require_mirror(settings)
-    report = mirror_pass(settings, state.clock(), rng=state.rng())
+    try:
+        report = mirror_pass(settings, state.clock(), rng=state.rng())
+    except StoreError as exc:  # one line: what, why, when it retries (docs/design.md §12)
+        raise StoreError(f"mirror: {exc.message}; the next pass retries") from None
     for line in report.initialised:
         warn(line)
     for line in report.warnings:

@@ -29,6 +29,7 @@ recognisable), so a retried write never duplicates a row.
 from __future__ import annotations
 
 import random
+import re
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -71,6 +72,7 @@ from sheetq.sheet.store import (
 if TYPE_CHECKING:
     from sheetq.config import Settings
 
+_ERRNO = re.compile(r"\[Errno -?\d+\] [^'\"()\[\]]+")  # "[Errno 111] Connection refused"
 RETRY_ATTEMPTS = 8
 RETRY_BUDGET = 120.0  # seconds, all attempts of one request together
 _OPEN_FIELDS = (
@@ -235,7 +237,7 @@ class GoogleStore(VerifiedWrites):
             if self._retry_hook(exc):
                 raise StoreUnavailable(
                     f"Google Sheets did not answer {what} after {RETRY_ATTEMPTS} attempts or "
-                    f"{RETRY_BUDGET:.0f}s: {type(exc).__name__}: {exc}"
+                    f"{RETRY_BUDGET:.0f}s: {self._cause(exc)}"
                 ) from None
             raise
         return None  # pragma: no cover - stamina either returns or raises
@@ -289,12 +291,16 @@ class GoogleStore(VerifiedWrites):
 
     @staticmethod
     def _cause(exc: Exception) -> str:
+        """The failure in a few words: the HTTP status and Google's message, or the
+        exception's type and the system's reason (``ConnectionError ([Errno 111]
+        Connection refused)``) — never requests' text, which holds the whole URL."""
         response = getattr(exc, "response", None)
         code = getattr(response, "status_code", None)
         if code is not None and hasattr(exc, "error"):
             message = str(getattr(exc, "error", {}).get("message", ""))
             return f"{code} {message}".strip()
-        return type(exc).__name__
+        reason = _ERRNO.search(str(exc))
+        return f"{type(exc).__name__} ({reason.group(0)})" if reason else type(exc).__name__
 
     def _api_error(self, what: str, exc: Any) -> Exception:
         code = exc.response.status_code
