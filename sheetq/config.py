@@ -169,11 +169,25 @@ class Settings:
 # --- loading -----------------------------------------------------------------
 
 
+# Secrets that belong in the environment or .env, not in sheetq.toml: where a key is
+# refused, the message says which variable to set instead.
+_SECRET_KEYS = {
+    ("[telegram]", "token"): "TELEGRAM_BOT_TOKEN",
+    ("[telegram]", "bot_token"): "TELEGRAM_BOT_TOKEN",
+}
+
+
 def _unknown_keys(where: str, got: Mapping[str, Any], allowed: set[str]) -> None:
     for key in got:
         if key not in allowed:
+            variable = _SECRET_KEYS.get((where, key))
             close = difflib.get_close_matches(key, sorted(allowed), n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
+            if variable:
+                hint = (
+                    f": the bot token is a secret, kept out of this file; set {variable} in "
+                    "the environment or in .env"
+                )
             raise ConfigError(f"{where}: unknown key '{key}'{hint}")
 
 

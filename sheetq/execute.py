@@ -31,6 +31,7 @@ from sheetq.port import AlertItem, Claimed
 from sheetq.redact import own_secrets, redact
 from sheetq.retry import Decision, Outcome, decide
 from sheetq.summary import RunSummary
+from sheetq.times import format_ts
 
 # The per-task lines keep the logger they always had, so filters on it keep working.
 log = logging.getLogger("sheetq.runner")
@@ -143,13 +144,10 @@ class Executor:
                     outcome = self._on_unknown(config, task, payload_json, outcome)
         duration_ms = int((self.clock.monotonic() - started) * 1000)
         decision = self._decide(outcome, row, config, task.payload if task else None)
-        log.info(
-            "%s %s: %s in %.2fs",
-            row.task_id,
-            row.type,
-            decision.status,
-            duration_ms / 1000,
-        )
+        then = decision.status.value  # the handler's time, then what follows from it
+        if decision.status is Status.RETRY and decision.next_retry_at is not None:
+            then = f"retry at {format_ts(decision.next_retry_at)}"
+        log.info("%s %s: handler ran %.2fs, %s", row.task_id, row.type, duration_ms / 1000, then)
         with self._lock:
             if result_cut(decision.result):  # said once per type and run; each cut is in QueueLog
                 self.note(f"{row.type}: results over 1,000 characters are cut (ending in …)")

@@ -90,7 +90,12 @@ def enqueue(
     ] = None,
     jsonl: Annotated[
         bool,
-        typer.Option("--jsonl", help="One JSON object per line; all lines in one write, or none."),
+        typer.Option(
+            "--jsonl",
+            help="One JSON object per line. A bad line rejects them all (nothing written); "
+            "the others go in one write (on Google one per ~9 MB: if a later write fails, the "
+            "earlier lines stay enqueued and running the command again completes the batch).",
+        ),
     ] = False,
     delay: Annotated[
         str | None, typer.Option("--delay", help="Not before now + this (e.g. 10m, 2h).")

@@ -53,7 +53,7 @@ def stats(
 
 def parse_since(text: str, now: datetime) -> datetime:
     """``--since``: a duration back from ``now`` (``24h``, ``7d``) or an ISO time (UTC when
-    it has no offset). ``UsageError`` (exit 2) otherwise."""
+    it has no offset) not after ``now``. ``UsageError`` (exit 2) otherwise."""
     from datetime import UTC, timedelta
 
     from sheetq.times import parse_duration, parse_ts
@@ -64,6 +64,13 @@ def parse_since(text: str, now: datetime) -> datetime:
         pass
     when = parse_ts(text.strip(), UTC)
     if isinstance(when, datetime):
+        if when > now:  # an empty window with a negative length: most likely a typo
+            from sheetq.times import format_ts
+
+            raise UsageError(
+                f"--since {text.strip()}: in the future (now is {format_ts(now)}); give an "
+                "earlier time or a duration like '24h'"
+            )
         return when
     raise UsageError(
         f"--since: expected a duration like '24h' or '7d', or an ISO time like "

@@ -5,6 +5,7 @@ the mirror — each one clear line on stderr and the documented exit code."""
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 from pathlib import Path
 
@@ -207,3 +208,70 @@ def test_jsonl_error_says_its_line_once(book: Book) -> None:
     assert r.code == 2
     assert r.stderr.startswith("sheetq: error: stdin line 2: invalid JSON at column 15: ")
     assert "line 1" not in r.stderr
+
+
+# --- smaller ------------------------------------------------------------------------------
+
+
+def test_verbose_line_says_the_handler_time_and_when_it_retries(
+    book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`process -v` says how long the handler ran and, for a retry, when the next attempt
+    is — not "retry in 0.15s", which reads as a schedule."""
+    monkeypatch.setenv("SHEETQ_NOW", "2026-03-02T12:00:00Z")
+    again = handler_script(tmp_path, "again", "import sys\nsys.exit(75)\n")
+    write_config(f'[defaults]\nbackoff = ["2m"]\njitter = 0\n\n[types.job]\ncommand = {again}\n')
+    task_id = run_cli(["enqueue", "job", "{}", "--json"]).json()["task_id"]
+    r = run_cli(["process", "-v"])
+    assert r.code == 0, r.stderr
+    line = next(x for x in r.stderr.splitlines() if f"{task_id} job:" in x)
+    assert re.search(r"handler ran \d+\.\d\ds, retry at 2026-03-02T12:02:00Z$", line), line
+    assert "retry in" not in r.stderr
+
+
+def test_enqueue_help_says_how_jsonl_is_written() -> None:
+    """`enqueue --help` does not promise "one write, or none" for --jsonl: Google takes a
+    batch over ~9 MB in several writes, and running the command again completes it."""
+    r = run_cli(["enqueue", "--help"])
+    text = " ".join(r.stdout.split())
+    assert r.code == 0 and "one write, or none" not in text
+    assert "~9 MB" in text and "running the command again completes the batch" in text
+
+
+def test_stats_since_a_future_time_is_refused(book: Book, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`stats --since` a time after now: exit 2 with one line saying so, never a window of
+    negative seconds; now itself is an empty window."""
+    monkeypatch.setenv("SHEETQ_NOW", "2026-03-02T12:00:00Z")
+    for args in (["stats", "--since", "2027-03-02"], ["stats", "--since", "2027-03-02", "--json"]):
+        r = run_cli(args)
+        assert (r.code, r.stdout) == (2, ""), r.stdout
+        assert r.stderr == (
+            "sheetq: error: --since 2027-03-02: in the future (now is 2026-03-02T12:00:00Z); "
+            "give an earlier time or a duration like '24h'\n"
+        )
+    r = run_cli(["stats", "--since", "2026-03-02T12:00:00Z", "--json"])
+    assert r.code == 0 and r.json()["window_seconds"] == 0
+
+
+@pytest.mark.parametrize("key", ["token", "bot_token"])
+def test_telegram_token_in_the_config_points_at_the_variable(book: Book, key: str) -> None:
+    """`[telegram] token = "…"` in sheetq.toml: exit 2, and the line says to set
+    TELEGRAM_BOT_TOKEN (a secret, kept out of the file) instead."""
+    write_config(f'[telegram]\n{key} = "123456:ABC"\nchat_id = "-100"\n')
+    r = run_cli(["status"])
+    assert r.code == 2 and len(r.stderr.splitlines()) == 1
+    assert f"[telegram]: unknown key '{key}'" in r.stderr
+    assert "set TELEGRAM_BOT_TOKEN in the environment or in .env" in r.stderr
+    assert "123456:ABC" not in r.stderr
+
+
+def test_license_is_the_declared_mit() -> None:
+    """The repository ships the licence pyproject.toml declares: MIT, the sheetq authors."""
+    import tomllib
+
+    from tests.conftest import ROOT
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    text = (ROOT / "LICENSE").read_text(encoding="utf-8")
+    assert declared["project"]["license"] == "MIT"
+    assert text.startswith("MIT License\n") and "Copyright (c) 2026 the sheetq authors" in text

@@ -189,7 +189,7 @@ def test_verbose_and_quiet_follow_the_subcommand(book: Book, tmp_path: Path) -> 
     r = run_cli(["process", "-v"])
     assert r.code == 0, r.stderr
     assert "batch 1: claimed 1 task(s)" in r.stderr
-    assert " job: done in " in r.stderr and "request(s)" in r.stderr
+    assert " job: handler ran " in r.stderr and "s, done" in r.stderr and "request(s)" in r.stderr
     assert run_cli(["status", "-q"]).code == 0
     assert run_cli(["list", "--verbose"]).code == 0
     r = run_cli(["status", "-vv"])
