@@ -28,19 +28,37 @@ class _DuplicateKey(ValueError):
     """An object names one key twice: which value is meant is ambiguous."""
 
 
+class _Pairs(list[tuple[str, Any]]):
+    """An object as its pairs, duplicates kept (to find where a key repeats)."""
+
+
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``object_pairs_hook``: the object, or ``_DuplicateKey`` naming the repeated key."""
+    """``object_pairs_hook``: the object; ``_DuplicateKey`` when a key repeats."""
     value = dict(pairs)
     if len(value) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise _DuplicateKey(
-                    f"key {json.dumps(key, ensure_ascii=False)} appears twice in one object; "
-                    "which value is meant is ambiguous: send each key once"
-                )
-            seen.add(key)
+        raise _DuplicateKey
     return value
+
+
+def _repeated_key(text: str) -> str:
+    """Which key repeats, and in which object (a dotted path, ``[i]`` for list items):
+    the text parsed again keeping every pair, then searched in document order."""
+    stack: list[tuple[Any, str]] = [(json.loads(text, object_pairs_hook=_Pairs), "")]
+    while stack:
+        item, path = stack.pop()
+        children: list[tuple[Any, str]] = []
+        if isinstance(item, _Pairs):
+            seen: set[str] = set()
+            for key, child in item:
+                if key in seen:
+                    where = f"in {path}" if path else "at the top level"
+                    return f"key {json.dumps(key, ensure_ascii=False)} appears twice {where}"
+                seen.add(key)
+                children.append((child, f"{path}.{key}" if path else key))
+        elif isinstance(item, list):
+            children = [(child, f"{path}[{i}]") for i, child in enumerate(item)]
+        stack.extend(reversed(children))
+    return "a key appears twice in one object"  # pragma: no cover - the hook found one
 
 
 def parse_payload(text: str, *, where: str = "payload") -> dict[str, Any]:
@@ -66,8 +84,11 @@ def parse_payload(text: str, *, where: str = "payload") -> dict[str, Any]:
             else f"line {exc.lineno}, column {exc.colno}"
         )
         raise InputError(f"{where}: invalid JSON at {at}: {why}") from None
-    except _DuplicateKey as exc:
-        raise InputError(f"{where}: {exc}") from None
+    except _DuplicateKey:
+        raise InputError(
+            f"{where}: {_repeated_key(stripped)}; which value is meant is ambiguous: send "
+            "each key once"
+        ) from None
     except ValueError as exc:
         if "integer string conversion" in str(exc):
             raise InputError(

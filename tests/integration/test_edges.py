@@ -173,17 +173,23 @@ def test_foreign_file_gets_one_answer_from_doctor_init_and_status(
 
 
 @pytest.mark.parametrize(
-    ("text", "key"),
-    [('{"a": 1, "a": 2}', '"a"'), ('{"lead": {"tags": [{"id": 1, "id": 1}]}, "b": 0}', '"id"')],
+    ("text", "said"),
+    [
+        ('{"a": 1, "a": 2}', 'key "a" appears twice at the top level'),
+        (
+            '{"lead": {"tags": [{"id": 1, "id": 1}]}, "b": 0}',
+            'key "id" appears twice in lead.tags[0]',
+        ),
+    ],
     ids=["top", "nested"],
 )
 @pytest.mark.parametrize("source", ["argument", "file", "stdin", "jsonl"])
 def test_ambiguous_payload_is_refused_naming_the_key(
-    book: Book, tmp_path: Path, source: str, text: str, key: str
+    book: Book, tmp_path: Path, source: str, text: str, said: str
 ) -> None:
     """A payload naming one key twice (at any depth; JSON parsers disagree on which value
-    wins): exit 2, one line naming the key (and the --jsonl line), nothing written — given
-    inline, with --file, on stdin or as a --jsonl line."""
+    wins): exit 2, one line naming the key and its object (and the --jsonl line), nothing
+    written — given inline, with --file, on stdin or as a --jsonl line."""
     stdin = None
     if source == "argument":
         args, where = [text], "payload"
@@ -196,7 +202,7 @@ def test_ambiguous_payload_is_refused_naming_the_key(
         args, where, stdin = ["--jsonl", "-"], "stdin line 2", '{"ok": 1}\n' + text + "\n"
     r = run_cli(["enqueue", "job", *args], input=stdin)
     assert r.code == 2, r.stderr
-    assert r.stderr.startswith(f"sheetq: error: {where}: key {key} appears twice in one object")
+    assert r.stderr.startswith(f"sheetq: error: {where}: {said}; which value is meant is ")
     assert len(r.stderr.splitlines()) == 1
     assert book.records() == [] and book.log() == []
 
