@@ -55,7 +55,8 @@ def table_names(db: sqlite3.Connection) -> set[str] | None:
 
 
 def refusal(path: Path) -> Refusal | None:
-    """Everything a command other than `init` would refuse about ``path``, read-only."""
+    """Everything a command other than `init` would refuse about ``path``, read-only (the
+    fix is ``""`` when there is none to give)."""
     refused = path_refusal(path, create=False)
     if refused is not None:
         return refused
@@ -65,6 +66,6 @@ def refusal(path: Path) -> Refusal | None:
             tables = table_names(db)
         finally:
             db.close()
-    except sqlite3.DatabaseError as exc:
-        return f"{path}: cannot read it ({exc})", "let this user read the file and its folder"
+    except sqlite3.DatabaseError as exc:  # as the store words it (unreadable, corrupt)
+        return f"{path}: not a sheetq workbook ({exc})", ""
     return content_refusal(path, tables, create=False)
