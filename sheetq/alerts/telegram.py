@@ -8,8 +8,8 @@ a hard total deadline. What each Telegram answer means (reference §4):
 delivered                         ``Delivery.sent``; the caller marks the rows
 429 ``retry_after``               waited while the run's total wait stays under
                                   ``MAX_FLOOD_WAIT`` seconds, else left owed
-network error, timeout, 5xx       left owed for the next run (no retry in the run:
-                                  a read timeout may have delivered the message)
+network error, timeout, 5xx,      left owed for the next run (no retry in the run:
+an answer that is not JSON        a read timeout may have delivered the message)
 400 (can't parse entities, too    reported once, re-sent at once as plain text
 long, anything else)              (shortened); a second refusal leaves it owed
 400 message thread not found      re-sent without ``message_thread_id``, reported
@@ -380,6 +380,18 @@ async def _send(
             reason = _BODY_DUMP.sub("", str(exc.message))  # "Bad Gateway (502)"
             result.notes.append(
                 f"Telegram unreachable or failing ({clean(reason, settings)}); {owed}"
+            )
+            return result
+        except tg.TelegramError as exc:  # a 2xx answer that is not JSON: not the Bot API
+            if "Invalid server response" not in str(exc.message):
+                raise
+            result.problem = "network"
+            result.notes.append(
+                clean(
+                    f"{settings.api_url} answered with something that is not the Bot API (not "
+                    f"JSON: a proxy or a login page in between?); {owed}",
+                    settings,
+                )
             )
             return result
         result.sent, result.problem = True, ""

@@ -69,13 +69,14 @@ def test_broken_dotenv_beside_the_config_is_named(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("empty_book", ["local"], indirect=True)
+@pytest.mark.parametrize("status", [502, 200])
 @pytest.mark.parametrize("quiet", [[], ["-q"]], ids=["plain", "quiet"])
 def test_proxy_error_page_instead_of_telegram_is_one_line(
-    book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, quiet: list[str]
+    book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, quiet: list[str], status: int
 ) -> None:
-    """A proxy answers Telegram's sendMessage with its 502 HTML page (not JSON): `process`
-    (also with -q, as cron runs it) says so in one stderr line, no library traceback; the
-    alert stays owed."""
+    """A proxy answers Telegram's sendMessage with its 502 HTML page, or a login page with
+    200 (not JSON): `process` (also with -q, as cron runs it) says so in one stderr line,
+    no library traceback; the alert stays owed."""
     from tests.fakes.telegram_fake import FORUM_CHAT_ID, FakeBotAPI
 
     fail = handler_script(tmp_path, "fail", "import sys\nsys.exit(65)\n")
@@ -85,12 +86,16 @@ def test_proxy_error_page_instead_of_telegram_is_one_line(
         monkeypatch.setenv("SHEETQ_TELEGRAM_API_URL", fake.base_url)
         monkeypatch.setenv("TELEGRAM_BOT_TOKEN", fake.token)
         monkeypatch.setenv("TELEGRAM_CHAT_ID", str(FORUM_CHAT_ID))
-        fake.server_error_next(502)
+        fake.server_error_next(status)
         r = run_cli(["process", "--json", *quiet])
     assert r.code == 0 and r.json()["alerts_owed"] == 1
     assert "Traceback" not in r.stderr and "<html" not in r.stderr.lower()
     lines = r.stderr.splitlines()
-    assert len(lines) == 1 and "Telegram unreachable or failing (Bad Gateway (502))" in lines[0]
+    said = {
+        502: "Telegram unreachable or failing (Bad Gateway (502))",
+        200: "answered with something that is not the Bot API (not JSON",
+    }[status]
+    assert len(lines) == 1 and said in lines[0], lines
 
 
 # --- local:PATH -----------------------------------------------------------------------------
