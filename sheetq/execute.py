@@ -70,8 +70,9 @@ class Executor:
         self.settings = settings
         self.clock = clock
         self.rng = rng
-        # masked in every result and error: the bot token, the database password
-        self._secrets = own_secrets(settings.telegram.token, settings.database_url)
+        # masked in every result and error: the bot token (the database password never
+        # reaches a handler, and is masked only where a URL or conninfo carries it)
+        self._secrets = own_secrets(settings.telegram.token)
         self.summary = summary
         self.note = note
         self.on_progress = on_progress

@@ -3,7 +3,14 @@
 What is removed: values of the configured ``redact_fields`` of the payload
 wherever they appear in the text; bearer / basic credentials; Telegram bot
 tokens (``123456:ABC…``, see core.telegram.org/bots/api#authorizing-your-bot);
-``key=…``-style secrets in URLs and messages; private-key blocks.
+``key=…``-style secrets in URLs and messages; private-key blocks; the password part of a
+URL (``scheme://user:PASSWORD@host``) and of a libpq conninfo (``password=…``).
+
+What is never done: replacing a known password wherever its letters occur. A password
+such as ``postgres`` or ``a`` is also an ordinary word or letter in what a handler or
+the server wrote, and rewriting it there would alter data (docs/design.md §7, §11).
+Secrets are kept out of output by not handing them to handlers (``sheetq.handlers``)
+and by masking them where a URL or conninfo carries them.
 """
 
 from __future__ import annotations
@@ -25,6 +32,19 @@ _PATTERNS = [
     re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.S),
     re.compile(r"\bya29\.[A-Za-z0-9._-]{20,}"),  # Google OAuth access token
 ]
+# scheme://user:PASSWORD@host — the user-info's password, any length (RFC 3986 §3.2.1)
+_URL_PASSWORD = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s:/@?#\"'<>]*:)([^\s/?#\"'<>]+)(@)")
+# password=VALUE in a libpq conninfo or a URL's query, VALUE plain or single-quoted
+_CONNINFO_PASSWORD = re.compile(r"(?i)\b(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&'\"]+)")
+
+
+def mask_credentials(text: str) -> str:
+    """``text`` with the password part of every URL (``postgresql://bob:[redacted]@db/x``)
+    and libpq conninfo (``password=[redacted]``) masked; nothing else changes."""
+    if not text or ("://" not in text and "=" not in text):
+        return text
+    text = _URL_PASSWORD.sub(lambda m: m.group(1) + MASK + m.group(3), text)
+    return _CONNINFO_PASSWORD.sub(lambda m: m.group(1) + MASK, text)
 
 
 def _field_values(payload: Any, fields: Iterable[str]) -> list[str]:
@@ -46,28 +66,30 @@ def _field_values(payload: Any, fields: Iterable[str]) -> list[str]:
 
 
 def url_passwords(url: str) -> list[str]:
-    """The password in a URL's user-info (``scheme://user:PASSWORD@host/…``) as written and
-    percent-decoded; read by hand, so that a URL no parser accepts still has it masked."""
+    """The passwords a libpq URL or conninfo carries, as written and percent-decoded: the
+    user-info's (``scheme://user:PASSWORD@host/…``) and any ``password=`` parameter; read by
+    hand, so that a URL no parser accepts still has them found."""
     from urllib.parse import unquote
 
-    authority = url.split("://", 1)[-1].split("/", 1)[0].split("?", 1)[0]
-    userinfo = authority.rsplit("@", 1)[0] if "@" in authority else ""
-    if ":" not in userinfo:
-        return []
-    raw = userinfo.split(":", 1)[1]
-    return [s for s in dict.fromkeys((raw, unquote(raw))) if s]
+    found: list[str] = []
+    if "://" in url:
+        authority = url.split("://", 1)[1].split("/", 1)[0].split("?", 1)[0]
+        userinfo = authority.rsplit("@", 1)[0] if "@" in authority else ""
+        if ":" in userinfo:
+            found.append(userinfo.split(":", 1)[1])
+    found += [m.group(2).strip("'") for m in _CONNINFO_PASSWORD.finditer(url)]
+    return [s for s in dict.fromkeys(x for raw in found for x in (raw, unquote(raw))) if s]
 
 
-def own_secrets(telegram_token: str = "", database_url: str = "") -> list[str]:
-    """sheetq's own secrets, as literal values to mask: the bot token, the password of the
-    queue's database URL (``url_passwords``) and ``PGPASSWORD``. ``database_url`` defaults
-    to ``SHEETQ_DATABASE_URL``."""
+def own_secrets(telegram_token: str = "") -> list[str]:
+    """sheetq's own secrets as literal values to mask: the bot token (``telegram_token``,
+    default ``TELEGRAM_BOT_TOKEN``). Long and distinctive, so replacing it alters nothing
+    else. The database password is not here: it is masked by position
+    (``mask_credentials``), never by its letters."""
     import os
 
-    found = [telegram_token or os.environ.get("TELEGRAM_BOT_TOKEN", "")]
-    found += url_passwords(database_url or os.environ.get("SHEETQ_DATABASE_URL", ""))
-    found.append(os.environ.get("PGPASSWORD", ""))
-    return [s for s in found if s]
+    token = telegram_token or os.environ.get("TELEGRAM_BOT_TOKEN", "")
+    return [token] if token else []
 
 
 def redact(
@@ -77,9 +99,12 @@ def redact(
     fields: Iterable[str] = (),
     secrets: Iterable[str] = (),
 ) -> str:
-    """``text`` with secrets masked as ``[redacted]``. ``secrets`` are literal values to hide."""
+    """``text`` with secrets masked as ``[redacted]``: ``secrets`` (literal values of at
+    least 4 characters, e.g. a bot token), the ``fields`` of ``payload``, URL and conninfo
+    passwords (``mask_credentials``) and what looks like a token or key."""
     if not text:
         return text
+    text = mask_credentials(text)
     for secret in sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True):
         text = text.replace(secret, MASK)
     if payload is not None and fields:

@@ -17,11 +17,14 @@ from sheetq.errors import ConfigError
 from sheetq.model import ErrorClass, Task
 from sheetq.retry import Outcome
 
-# sheetq's own secrets never reach a handler's environment. The queue's location
-# (SHEETQ_SPREADSHEET, SHEETQ_DATABASE_URL, PGPASSWORD) does, so that a handler can run
-# `sheetq enqueue` for a follow-up task; the database password is masked in whatever a
-# handler returns or says (sheetq.redact.own_secrets).
-PRIVATE_ENV = ("TELEGRAM_BOT_TOKEN",)
+# sheetq's own secrets never reach a handler's environment (docs/design.md §7: a handler
+# sees no secret it was not given): the bot token and the queue's database URL and
+# password. What a handler returns or says is then stored as it wrote it: a password such
+# as `postgres` is also a word of its result, never rewritten. A handler that enqueues a
+# follow-up task is given the URL in its type's `env` (SHEETQ_DATABASE_URL =
+# "${SHEETQ_DATABASE_URL}"); a Google or local queue's location (SHEETQ_SPREADSHEET) is
+# no secret and stays.
+PRIVATE_ENV = ("TELEGRAM_BOT_TOKEN", "SHEETQ_DATABASE_URL", "PGPASSWORD")
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from sheetq.config import DATABASE_URL_SOURCE
 from sheetq.errors import ConfigError, SheetqError, StoreError, StoreUnavailable
-from sheetq.redact import url_passwords
+from sheetq.redact import mask_credentials, url_passwords
 
 CONNECT_TIMEOUT = 10  # seconds, libpq's connect_timeout unless the URL or PGCONNECT_TIMEOUT sets it
 MIN_CONNECT_TIMEOUT = 2  # libpq treats anything shorter as 2 s (libpq docs, connect_timeout)
@@ -86,7 +86,7 @@ def connect(
     try:
         conninfo_to_dict(url)
     except psycopg.ProgrammingError as exc:
-        said = " ".join(_without_secrets(str(exc), url).split()) or type(exc).__name__
+        said = " ".join(_parse_error_words(str(exc), url).split()) or type(exc).__name__
         raise ConfigError(f"{source}: not a valid libpq URL: {said}") from None
     seconds = connect_timeout(url, time_limit)
     try:
@@ -104,7 +104,7 @@ def _connect_error(
     exc: psycopg.OperationalError, url: str, source: str, seconds: int
 ) -> SheetqError:
     where = f"PostgreSQL {describe(url)}"
-    said = _server_words(exc, url)
+    said = _server_words(exc)
     bad = _BAD_OPTION.match(said)
     if bad:  # libpq refused a value in the URL before connecting: e.g. sslmode=bogus
         return ConfigError(f"{source}: not a valid libpq URL: {bad['what']}")
@@ -134,7 +134,7 @@ def explain(exc: psycopg.Error, url: str) -> StoreError:
     grant them; anything else is ``StoreError`` with the server's words (exit 1 each).
     (A missing schema is ``SchemaError``, raised where the schema is checked.)"""
     where = f"PostgreSQL {describe(url)}"
-    said = _server_words(exc, url)
+    said = _server_words(exc)
     if isinstance(exc, psycopg.errors.InsufficientPrivilege):
         user = str(conninfo_to_dict(url).get("user") or "this role")
         if "for schema" in said:  # `init`/`migrate` creating tables
@@ -153,12 +153,15 @@ def explain(exc: psycopg.Error, url: str) -> StoreError:
     return StoreError(f"{where}: {said}")
 
 
-def _server_words(exc: psycopg.Error, url: str) -> str:
-    """What libpq or the server said, on one line, without the password and without the
-    "connection to server at … failed: FATAL:" preamble that repeats the host."""
+def _server_words(exc: psycopg.Error) -> str:
+    """What libpq or the server said, on one line, without the "connection to server at …
+    failed: FATAL:" preamble that repeats the host. Neither libpq nor the server repeats a
+    password, so the words are classified as said (a password such as ``a`` or ``postgres``
+    is also a letter or word of the message: masking its letters would change what it
+    says); only a URL or conninfo quoted in them has its password part masked."""
     primary = getattr(getattr(exc, "diag", None), "message_primary", None)
     text = primary or str(exc)  # the server's own words, without "LINE 1: <the SQL>"
-    lines = [line.strip() for line in _without_secrets(text, url).splitlines()]
+    lines = [line.strip() for line in mask_credentials(text).splitlines()]
     lines = [line for line in lines if line]
     said = " ".join(
         line if i == len(lines) - 1 or line[-1] in ".?!:;," else line + "."
@@ -168,15 +171,13 @@ def _server_words(exc: psycopg.Error, url: str) -> str:
     return _SERVER_PREFIX.sub("", said, count=1) or said
 
 
-def _without_secrets(text: str, url: str) -> str:
-    """``text`` with the URL's password masked: as libpq parsed it, and as written in the
-    URL's user-info (raw and percent-decoded), which a parse error may quote."""
-    try:
-        parsed = conninfo_to_dict(url).get("password")
-    except psycopg.ProgrammingError:
-        parsed = None
-    secrets = {str(parsed)} if parsed else set()
-    secrets |= set(url_passwords(url))
-    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
-        text = text.replace(secret, "***")
-    return text
+def _parse_error_words(text: str, url: str) -> str:
+    """libpq's parse error about ``url`` without the password: a quoted token that is the
+    password (``invalid percent-encoded token: "pw%zz"``, as written or decoded) and the
+    password part of a quoted URL or conninfo are masked; no other text changes."""
+    candidates = set(url_passwords(url))
+    text = _QUOTED.sub(lambda m: '"***"' if m.group(1) in candidates else m.group(0), text)
+    return mask_credentials(text)
+
+
+_QUOTED = re.compile(r'"([^"]*)"')
