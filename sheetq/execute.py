@@ -23,7 +23,7 @@ from typing import Any
 
 from sheetq.clock import Clock
 from sheetq.config import Settings, TypeConfig
-from sheetq.handlers import run_reconcile, run_task
+from sheetq.handlers import groups, run_reconcile, run_task
 from sheetq.idempotency import parse_payload
 from sheetq.model import ErrorClass, Event, Status, Task
 from sheetq.policy import result_cut
@@ -74,6 +74,8 @@ class Executor:
         # reaches a handler, and is masked only where a URL or conninfo carries it)
         self._secrets = own_secrets(settings.telegram.token)
         self.summary = summary
+        self.run_id = summary.run_id
+        self._groups = groups.directory_for(settings.lock_dir)
         self.note = note
         self.on_progress = on_progress
         self.open_circuits: dict[str, str] = {}  # type → why its circuit is open
@@ -97,6 +99,14 @@ class Executor:
         if out_of_time:
             return "--max-runtime reached"
         return ""
+
+    def end_orphans(self) -> None:
+        """End the process groups that runs killed on this host left running (each noted),
+        so that no child of a lost attempt still works when its task runs again. Called
+        before a run recovers or returns tasks (``sheetq.handlers.groups.end_orphans``)."""
+        for line in groups.end_orphans(self._groups):
+            with self._lock:
+                self.note(line)
 
     def wait_rate_limit(self, config: TypeConfig) -> None:
         """Wait until the type's next start slot (``rate_limit``: starts spaced by its
@@ -136,13 +146,17 @@ class Executor:
             task, payload_json = None, ""
         if task is not None:
             self.on_progress(f"{task.task_id} {task.type} attempt {task.attempt}")
-            if reconcile:
-                outcome = self._reconcile(config, task, payload_json)
-                event = Event.RECOVERED
-            else:
-                outcome = run_task(config, task, payload_json)
-                if outcome.status is None:
-                    outcome = self._on_unknown(config, task, payload_json, outcome)
+            # a command handler's process group is recorded on this host while it runs
+            with groups.recording(
+                self._groups, task_id=task.task_id, attempt=task.attempt, run_id=self.run_id
+            ):
+                if reconcile:
+                    outcome = self._reconcile(config, task, payload_json)
+                    event = Event.RECOVERED
+                else:
+                    outcome = run_task(config, task, payload_json)
+                    if outcome.status is None:
+                        outcome = self._on_unknown(config, task, payload_json, outcome)
         duration_ms = int((self.clock.monotonic() - started) * 1000)
         decision = self._decide(outcome, row, config, task.payload if task else None)
         then = decision.status.value  # the handler's time, then what follows from it

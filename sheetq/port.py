@@ -336,13 +336,19 @@ class AlertOutcome:
 
 class Worker(Protocol):
     """A long-running ``sheetq worker`` (PostgreSQL): ``run`` claims and runs tasks until
-    ``stop(why)`` (safe from a signal handler); ``stopped`` is the why."""
+    ``stop(why)`` (safe from a signal handler); ``stopped`` is the why; ``abandon()`` before
+    exiting at once."""
 
     stopped: str
 
     def run(self, *, on_ready: Callable[[], None] | None = None) -> RunSummary: ...
 
     def stop(self, why: str = "stopped") -> None: ...
+
+    def abandon(self) -> str:
+        """Exiting at once (a second signal): end the running handlers and say in one line
+        which tasks stay ``processing`` and when they recover (``""``: none ran)."""
+        ...
 
 
 # --- the port ---------------------------------------------------------------------------------

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Annotated
@@ -89,7 +91,7 @@ def worker(
         types=tuple(types or ()),
         poll=every,
     )
-    with _signals(runner.stop):
+    with _signals(runner.stop, runner.abandon):
         # said once the database answered: a worker that cannot start says one line, why
         summary = runner.run(on_ready=(lambda: warn(alerts_off)) if alerts_off else None)
     if not quiet or (notifier is not None and summary.alerts_owed):
@@ -101,16 +103,22 @@ def worker(
 
 
 @contextmanager
-def _signals(stop: Callable[[str], None]) -> Iterator[None]:
+def _signals(stop: Callable[[str], None], abandon: Callable[[], str]) -> Iterator[None]:
     """SIGTERM and SIGINT call ``stop(name)``; a second one exits at once (code 128 + the
-    signal, like a kill: running tasks are recovered when their leases end). The previous
-    handlers come back on exit."""
+    signal, like a kill), after ``abandon()`` ended the running handlers' process groups;
+    one line on stderr says which tasks stay ``processing`` and when they are recovered.
+    The previous handlers come back on exit."""
     import signal
 
     seen: list[int] = []
 
     def handle(signum: int, _frame: object) -> None:
         if seen:
+            name = signal.Signals(signum).name
+            left = abandon() or "no task was running"
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.write(f"sheetq worker: stopped at once by a second {name}: {left}\n")
+                sys.stderr.flush()
             os._exit(128 + signum)
         seen.append(signum)
         stop(signal.Signals(signum).name)

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
-from sheetq.handlers import ReconcileAnswer
+from sheetq.handlers import ReconcileAnswer, groups
 from sheetq.model import MAX_HANDLER_TEXT, ErrorClass, Status
 from sheetq.redact import shorten, tail
 from sheetq.retry import Outcome
@@ -85,7 +85,9 @@ def _run(
 ) -> _Ran:
     """Run a handler in its own session; its output is read while it runs. The outcome is
     its own exit code: a background child it left holding stdout does not keep sheetq
-    waiting. Killed (with its process group) at the timeout or if sheetq is interrupted."""
+    waiting. Killed (with its process group) at the timeout or if sheetq is interrupted. Its
+    process group is recorded while it runs (``sheetq.handlers.groups``), so that a later
+    run on this host can end what it left if sheetq is killed."""
     try:
         proc = subprocess.Popen(
             list(argv),
@@ -103,6 +105,15 @@ def _run(
         return _Ran(None, "", "", f"command not executable: {argv[0]!r}")
     except OSError as exc:
         return _Ran(None, "", "", f"cannot start {argv[0]!r}: {exc}")
+    groups.spawned(proc.pid)
+    try:
+        return _collect(proc, stdin, timeout)
+    finally:
+        groups.finished(proc.pid)
+
+
+def _collect(proc: subprocess.Popen[bytes], stdin: str, timeout: float) -> _Ran:
+    """Feed the started handler its payload and read its output until it exits."""
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     out, err = bytearray(), bytearray()
     threads = [

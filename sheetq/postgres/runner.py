@@ -327,6 +327,7 @@ class PgRunner:
         if options.dry_run:
             self._dry_run(options)
         else:
+            self.tasks.executor.end_orphans()  # before any recovery: docs/design.md §5
             self._loop(options)
         self.summary.without_handler = pgq.without_handler(
             self.store, self.settings, tuple(options.types)

@@ -30,6 +30,7 @@ import contextlib
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -38,13 +39,16 @@ from typing import TYPE_CHECKING, Any
 from sheetq.clock import Clock, SystemClock
 from sheetq.config import Settings
 from sheetq.errors import StoreUnavailable
+from sheetq.handlers.groups import end_running
 from sheetq.model import new_run_id
 from sheetq.postgres import hotpath
 from sheetq.postgres.runner import PgTasks
 from sheetq.postgres.store import PgStore
+from sheetq.redact import plural
 from sheetq.sheet.plan import Claim
 from sheetq.sheet.store import ChangeSet
 from sheetq.summary import RunOptions, RunSummary
+from sheetq.times import format_ts
 
 if TYPE_CHECKING:
     from sheetq.port import Notifier
@@ -116,6 +120,7 @@ class PgWorker:
         self._lock = threading.Lock()
         self._running = 0
         self._finished: list[_Outcome] = []  # outcomes waiting for the next turn
+        self._active: dict[str, datetime] = {}  # task id → lease end, handler running
         self._requests = 0  # transactions on connections since lost
 
     # --- control -----------------------------------------------------------------------
@@ -126,6 +131,27 @@ class PgWorker:
             self.stopped = why
             self._stop.set()
         self._wake.set()
+
+    def abandon(self) -> str:
+        """Exiting at once (a second SIGTERM/SIGINT): end the running handlers' process
+        groups (SIGKILL) and say, in one line, which tasks stay ``processing`` and when their
+        leases end (they are recovered per ``on_unknown`` then); ``""`` if none ran.
+        Called from a signal handler: takes no lock another thread could hold for long."""
+        end_running()
+        active = dict(self._active)
+        if not active:
+            return ""
+        ids = ", ".join(sorted(active)[:5]) + (", …" if len(active) > 5 else "")
+        last = format_ts(max(active.values()))
+        if len(active) == 1:
+            return (
+                f"1 task left processing ({ids}), its handler ended; recovered per on_unknown "
+                f"when its lease ends at {last}"
+            )
+        return (
+            f"{plural(len(active), 'task')} left processing ({ids}), their handlers ended; "
+            f"recovered per on_unknown when their leases end, by {last}"
+        )
 
     @property
     def stopping(self) -> bool:
@@ -149,6 +175,7 @@ class PgWorker:
             thread.start()
         pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="sheetq-handler")
         next_alert = 0.0
+        next_orphans = 0.0  # when to look again for groups a killed run left (real time)
         failures_seen = -1
         pending: list[_Outcome] = []
         log.info(
@@ -169,6 +196,9 @@ class PgWorker:
                     running = self._running
                 if self.stopping and not pending and running == 0:
                     break
+                if time.monotonic() >= next_orphans:  # before this turn recovers anything
+                    self.tasks.executor.end_orphans()
+                    next_orphans = time.monotonic() + self.poll
                 try:
                     more = self._turn(store, pool, pending)
                     pending = []
@@ -251,6 +281,8 @@ class PgWorker:
     def _job(self, claim: Claim, lease_until: datetime) -> None:
         """A handler thread: run the task; its outcome is written by the main thread."""
         outcome: _Outcome | None = None
+        with self._lock:
+            self._active[claim.row.task_id] = lease_until
         try:
             changes, refuse = self.tasks.run_claim(
                 claim, lease_until, stopping=lambda: self.stopping
@@ -264,6 +296,7 @@ class PgWorker:
             )
         finally:
             with self._lock:
+                self._active.pop(claim.row.task_id, None)
                 if outcome is not None:
                     self._finished.append(outcome)
                 self._running -= 1

@@ -209,6 +209,8 @@ class Runner:
         self.info = info
         self._tz = zone(info.time_zone)
         self._seen_lease = info.leases.get(self._lease_name)
+        if not options.dry_run:  # what a killed run's handlers left running ends first
+            self.executor.end_orphans()
         if not self._apply_journal(options):
             return
         last_rows: list[QueueRow] = []
