@@ -7,6 +7,8 @@ raises them to tell the runner how a task ended.
 
 from __future__ import annotations
 
+from typing import Any
+
 EXIT_OK = 0
 EXIT_FAILURE = 1  # runtime failure: backend unreachable after retries, unexpected error
 EXIT_USAGE = 2  # usage or input error: bad arguments, invalid JSON, bad configuration
@@ -69,6 +71,9 @@ class Interrupted(BaseException):
         super().__init__(message)
         self.message = message
         self.exit_code = exit_code
+        # what the interrupted run had done (a ``sheetq.summary.RunSummary``), when it was a
+        # run: ``process --json`` prints it even so (``sheetq.summary.stopped``)
+        self.summary: Any = None
 
 
 # --- handler signals -------------------------------------------------------

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sheetq.errors import Interrupted
 from sheetq.redact import plural
 
 
@@ -112,3 +113,35 @@ def summary_line(summary: RunSummary) -> str:
 def dumps(doc: dict[str, Any]) -> str:
     """``doc`` as one line of JSON, non-ASCII kept (the ``--json`` output)."""
     return json.dumps(doc, ensure_ascii=False, sort_keys=False)
+
+
+def stopped(exc: BaseException, summary: RunSummary, seconds: float) -> Interrupted:
+    """``exc`` (SIGINT/SIGTERM: ``Interrupted``, or a ``KeyboardInterrupt`` met outside a
+    handler) as an ``Interrupted`` that carries the run's ``summary`` so far, its
+    ``seconds`` set, so that ``process --json`` still prints what was done."""
+    out = exc if isinstance(exc, Interrupted) else Interrupted("", 130)
+    if not summary.seconds:
+        summary.seconds = seconds
+    out.summary = summary
+    return out
+
+
+def interrupted_json(exc: Interrupted) -> dict[str, Any]:
+    """The ``--json`` document of an interrupted run: its summary, plus ``interrupted``:
+    the signal, the exit code, the task whose handler was running (``null`` if none) and
+    what happened to it and the unstarted tasks."""
+    import signal
+
+    summary: RunSummary = exc.summary
+    doc = summary.as_json()
+    try:
+        name = signal.Signals(exc.exit_code - 128).name
+    except ValueError:
+        name = ""
+    doc["interrupted"] = {
+        "signal": name,
+        "exit_code": exc.exit_code,
+        "task_id": summary.interrupted or None,
+        "message": exc.message,
+    }
+    return doc

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from sheetq.cli._output import echo, emit_json, err, warn
-from sheetq.errors import UsageError
+from sheetq.errors import Interrupted, UsageError
+from sheetq.summary import interrupted_json
 
 if TYPE_CHECKING:
     from sheetq.config import Settings
@@ -56,7 +57,8 @@ def process(
 
     Exit 0 when the run completed, even if tasks failed (a failed task is data, visible in
     the sheet and alerted); exit 1 when the run itself broke. Another run holding the queue:
-    one line, exit 0.
+    one line, exit 0. Stopped by SIGINT/SIGTERM: exit 130/143, and --json still prints
+    what was done, with "interrupted".
 
     Examples:
 
@@ -95,15 +97,20 @@ def process(
         notifier = make_notifier(settings, verbose=state.verbose)
     queue = state.queue()
     show_progress = not (as_json or quiet) and err().is_terminal
-    summary = queue.run(
-        options,
-        clock=state.clock(),
-        rng=state.rng(),
-        notifier=notifier,
-        on_progress=(lambda msg: err().print(f"[dim]running {msg}[/dim]"))
-        if show_progress
-        else None,
-    )
+    try:
+        summary = queue.run(
+            options,
+            clock=state.clock(),
+            rng=state.rng(),
+            notifier=notifier,
+            on_progress=(lambda msg: err().print(f"[dim]running {msg}[/dim]"))
+            if show_progress
+            else None,
+        )
+    except Interrupted as exc:  # SIGINT/SIGTERM: --json still says what was done
+        if as_json and exc.summary is not None:
+            emit_json(interrupted_json(exc))
+        raise
     undelivered = notifier is not None and summary.alerts_owed > 0
     if not quiet or undelivered:  # -q still reports alerts Telegram did not take
         for note in summary.notes:

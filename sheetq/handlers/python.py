@@ -4,6 +4,11 @@ The function runs in a helper thread so that a timeout can be enforced (one per 
 thread, reused from task to task); Python cannot kill a thread, so a function still
 running at its timeout is abandoned (outcome unknown) and keeps running in the background
 until it returns or the process exits. Handlers should honour their own timeouts.
+
+What a function prints (``print()``, ``sys.stdout.write``) goes to stderr: stdout is
+sheetq's own (``process --json`` prints one JSON document there). ``sys.stdout`` is
+replaced, once, by a stream that sends the writes of handler threads to ``sys.stderr`` and
+everyone else's to the stdout it replaced.
 """
 
 from __future__ import annotations
@@ -41,6 +46,38 @@ def load(target: str, cwd: Path | None) -> Callable[[Task], Any]:
     return func  # type: ignore[no-any-return]
 
 
+_handler_threads: set[int] = set()  # idents of the threads that run handler functions
+
+
+class _HandlerStdout:
+    """``sys.stdout`` while handlers may run: a handler thread's writes go to ``sys.stderr``,
+    every other thread's to ``stdout`` (the stream it replaced); the rest is ``stdout``'s."""
+
+    def __init__(self, stdout: Any) -> None:
+        self._stdout = stdout
+
+    def _target(self) -> Any:
+        return sys.stderr if threading.get_ident() in _handler_threads else self._stdout
+
+    def write(self, text: str) -> int:
+        return int(self._target().write(text))
+
+    def writelines(self, lines: Any) -> None:
+        self._target().writelines(lines)
+
+    def flush(self) -> None:
+        self._target().flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stdout, name)
+
+
+def _route_prints() -> None:
+    """Make ``sys.stdout`` a ``_HandlerStdout`` (again, if something replaced it since)."""
+    if not isinstance(sys.stdout, _HandlerStdout):
+        sys.stdout = _HandlerStdout(sys.stdout)
+
+
 class _Runner:
     """A daemon thread that runs the calls its caller thread hands it, one at a time, so
     that a timeout can be enforced without starting a thread per task (about 0.1 ms of
@@ -55,12 +92,17 @@ class _Runner:
         thread.start()
 
     def _serve(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            work, done = job
-            try:
-                work()
-            finally:
-                done.release()
+        ident = threading.get_ident()
+        _handler_threads.add(ident)  # its prints go to stderr
+        try:
+            while (job := self._jobs.get()) is not None:
+                work, done = job
+                try:
+                    work()
+                finally:
+                    done.release()
+        finally:
+            _handler_threads.discard(ident)  # an ident may be reused by a later thread
 
     def run(self, work: Callable[[], None], timeout: float) -> bool:
         """Run ``work`` on this runner; ``False`` if it was still running after ``timeout``
@@ -87,6 +129,7 @@ def _call(func: Callable[[Task], Any], task: Task, timeout: float) -> tuple[str,
         except BaseException as exc:
             box["error"] = exc
 
+    _route_prints()
     runner: _Runner | None = getattr(_runners, "runner", None)
     if runner is None:
         runner = _runners.runner = _Runner()

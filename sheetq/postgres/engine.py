@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sheetq.errors import UsageError
+from sheetq.errors import Interrupted, UsageError
 from sheetq.model import Row, Status, new_run_id
 from sheetq.port import (
     AlertOutcome,
@@ -23,6 +23,7 @@ from sheetq.port import (
     StatusReport,
     Worker,
 )
+from sheetq.summary import stopped
 
 if TYPE_CHECKING:
     from sheetq.checks import Check
@@ -111,14 +112,19 @@ class PgQueue:
     ) -> RunSummary:
         from sheetq.postgres.runner import PgRunner
 
-        return PgRunner(
+        runner = PgRunner(
             self.store,
             self.settings,
             clock=clock,
             rng=rng,
             notifier=notifier,
             on_progress=on_progress,
-        ).run(options)
+        )
+        began = clock.monotonic()
+        try:
+            return runner.run(options)
+        except (KeyboardInterrupt, Interrupted) as exc:
+            raise stopped(exc, runner.summary, clock.monotonic() - began) from None
 
     def worker(
         self,

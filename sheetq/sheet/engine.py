@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sheetq.errors import UsageError
+from sheetq.errors import Interrupted, UsageError
 from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS, Row, Status, new_run_id
 from sheetq.port import (
     AlertOutcome,
@@ -35,6 +35,7 @@ from sheetq.sheet import LOCAL_PREFIX, open_store
 from sheetq.sheet.plan import SCAN_COLUMNS, QueueRow, parse_rows
 from sheetq.sheet.schema import check_schema
 from sheetq.sheet.store import Read, Snapshot, Store, WorkbookInfo
+from sheetq.summary import stopped
 from sheetq.times import zone
 
 if TYPE_CHECKING:
@@ -189,7 +190,11 @@ class SheetQueue:
             notifier=notifier,
             on_progress=on_progress,
         )
-        return runner.run(options)
+        began = clock.monotonic()
+        try:
+            return runner.run(options)
+        except (KeyboardInterrupt, Interrupted) as exc:
+            raise stopped(exc, runner.summary, clock.monotonic() - began) from None
 
     def worker(
         self,

@@ -105,7 +105,10 @@ def test_late_outcome_after_recovery_is_refused_and_logged(
         "subprocess.run([sys.executable, '-m', 'sheetq', 'process', '-q'], env=env, check=True)\n"
         "print('crm-1')\n",
     )
-    write_config(f"[types.job]\ncommand = {slow}\nidempotent = true\ntimeout = '60s'\n")
+    given = '{ SHEETQ_DATABASE_URL = "${SHEETQ_DATABASE_URL}" }'  # not passed on unless given
+    write_config(
+        f"[types.job]\ncommand = {slow}\nidempotent = true\ntimeout = '60s'\nenv = {given}\n"
+    )
     task = enqueue_task({"n": 1})
     r = run_cli(["process", "--json"])
     assert r.code == 0, r.stderr
