@@ -174,7 +174,7 @@ def end_orphans(directory: Path, *, grace: float = GRACE) -> list[str]:
                 f"ended {group.describe()}, left running by killed run {group.run_id} "
                 f"on this host ({how})"
             )
-            log.warning(said[-1])
+            log.info(said[-1])
         with contextlib.suppress(OSError):
             path.unlink()
     return said
