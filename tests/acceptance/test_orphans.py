@@ -138,3 +138,64 @@ def test_the_next_run_ends_what_a_killed_run_left_running(
     assert run_cli(["process"]).code == 0
     check_second_attempt(trace, orphan, began)
     assert not list((tmp_path / "locks" / "groups").glob("*.json")), "records are cleaned up"
+
+
+def _record(groups: Path, pid: int, **change: Any) -> Path:
+    """A group record as a killed run would have left it, for process ``pid``."""
+    import json
+    import socket
+
+    from sheetq.handlers.groups import _boot_id, _start_time
+
+    record = {
+        "host": socket.gethostname(),
+        "pgid": pid,
+        "boot": _boot_id(),
+        "since": _start_time(pid),
+        "owner": 999_999_999,  # no such process: the run is dead
+        "owner_since": 1,
+        "task_id": "t_01JDF3K4Z8Q9W2E5R7T1Y3U6I0",
+        "attempt": 1,
+        "run_id": "run_dead",
+        **change,
+    }
+    groups.mkdir(parents=True, exist_ok=True)
+    path = groups / f"{record['host']}-{pid}.json"
+    path.write_text(json.dumps(record), encoding="utf-8")
+    return path
+
+
+def test_only_a_dead_runs_own_group_is_ended(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record is acted on only when it still names that handler's group: a process id
+    now used by another program (other start time), a record of another host or boot, and
+    the caller's own group are never signalled; a record of a live run is kept."""
+    _local(tmp_path, monkeypatch)
+    groups = tmp_path / "locks" / "groups"
+    reused = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    other_host = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    other_boot = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    live_run = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    orphan = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        _record(groups, reused.pid, since=1)  # the recorded leader started at another time
+        _record(groups, other_host.pid, host="elsewhere")
+        _record(groups, other_boot.pid, boot="another-boot")
+        kept = _record(groups, live_run.pid, owner=os.getpid(), owner_since=0)
+        _record(groups, os.getpgrp())  # this test's own group
+        _record(groups, orphan.pid)
+        r = run_cli(["process", "--json"])
+        assert r.code == 0, r.stderr
+        (note,) = [n for n in r.json()["notes"] if n.startswith("ended process group")]
+        assert f"process group {orphan.pid} " in note and "run_dead" in note, note
+        assert orphan.wait(5) == -signal.SIGTERM
+        for proc in (reused, other_host, other_boot, live_run):
+            assert proc.poll() is None, proc.args
+        assert sorted(groups.glob("*.json")) == sorted(
+            [kept, groups / f"elsewhere-{other_host.pid}.json"]
+        )
+    finally:
+        for proc in (reused, other_host, other_boot, live_run, orphan):
+            proc.kill()
+            proc.wait()
