@@ -23,6 +23,7 @@ lease, as before.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -94,13 +95,14 @@ def spawned(pid: int) -> None:
     ``directory`` of the enclosing ``recording``; outside one, only in this process, for
     ``end_running``). A record that cannot be written is logged, never fatal."""
     where = _recording.get()
+    host, boot, owner, owner_since = _self()
     group = Group(
-        host=socket.gethostname(),
+        host=host,
         pgid=pid,
-        boot=_boot_id(),
+        boot=boot,
         since=_start_time(pid),
-        owner=os.getpid(),
-        owner_since=_start_time(os.getpid()),
+        owner=owner,
+        owner_since=owner_since,
         task_id=where.task_id if where else "",
         attempt=where.attempt if where else 0,
         run_id=where.run_id if where else "",
@@ -189,6 +191,16 @@ def _load(path: Path) -> Group | None:
         return Group(**data)
     except (OSError, ValueError, TypeError):
         return None
+
+
+@functools.lru_cache(maxsize=4)
+def _identity(pid: int) -> tuple[str, str, int, int]:
+    return socket.gethostname(), _boot_id(), pid, _start_time(pid)
+
+
+def _self() -> tuple[str, str, int, int]:
+    """This process: host, boot, pid and start time (read once per process)."""
+    return _identity(os.getpid())
 
 
 def _boot_id() -> str:
