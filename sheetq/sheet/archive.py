@@ -32,7 +32,7 @@ through the storage port.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, tzinfo
 from json.encoder import encode_basestring_ascii
@@ -50,6 +50,7 @@ from sheetq.sheet.store import (
     LeaseChange,
     MoveRow,
     Read,
+    Row,
     Store,
     WorkbookInfo,
     cell_text,
@@ -232,6 +233,51 @@ def column_runs(source: Sequence[str], dest: Sequence[str]) -> int:
     return max(runs, 1)
 
 
+def whole_rows(
+    misplaced: Sequence[dict[str, CellValue]],
+    read: Sequence[Row],
+    archive_columns: Collection[str],
+) -> list[dict[str, CellValue]]:
+    """The rows an archive write carried by mistake, made whole again: the copy carried only
+    the columns QueueArchive has, so a cell of a column it lacks (a manager's ``note``) is
+    taken from ``read``, the Queue read the write was planned from. A row is found there
+    by its ``task_id``; a row without one (a manager's own row) by the cells the copy
+    carried, each read row used once. A row that was not in Queue when it was read (a
+    person added it after) keeps what the copy carried."""
+    by_id: dict[str, Row] = {}
+    keyless: list[Row] = []
+    for row in read:
+        task_id = row.text("task_id").strip()
+        if task_id:
+            by_id.setdefault(task_id, row)
+        else:
+            keyless.append(row)
+
+    def carried(values: Mapping[str, CellValue]) -> dict[str, str]:
+        return {
+            name: cell_text(value)
+            for name, value in values.items()
+            if name in archive_columns and not name.startswith("_") and cell_text(value) != ""
+        }
+
+    out: list[dict[str, CellValue]] = []
+    for found in misplaced:
+        task_id = cell_text(found.get("task_id")).strip()
+        source = by_id.get(task_id) if task_id else None
+        if source is None and not task_id:
+            cells = carried(found)
+            source = next((r for r in keyless if carried(r.values) == cells), None)
+            if source is not None:
+                keyless.remove(source)
+        whole = dict(found)
+        if source is not None:
+            for name, value in source.values.items():
+                if name and name not in archive_columns and cell_text(value) != "":
+                    whole.setdefault(name, value)
+        out.append(whole)
+    return out
+
+
 def put_back(
     misplaced: Sequence[dict[str, CellValue]],
     *,
@@ -240,8 +286,9 @@ def put_back(
     run_id: str,
 ) -> ChangeSet:
     """Rows an archive write carried by mistake (a person sorted or inserted rows between
-    the read and the write): appended back to Queue, removed from QueueArchive, and a
-    ``recovered`` log row each (with its own status, so the log still agrees)."""
+    the read and the write; made whole by ``whole_rows``): appended back to Queue, every
+    named cell, removed from QueueArchive, and a ``recovered`` log row each (with its own
+    status, so the log still agrees)."""
     changes = ChangeSet()
     for found in misplaced:
         values = {k: v for k, v in found.items() if not k.startswith("_")}
@@ -350,7 +397,8 @@ def run_archive(
             result = store.apply(chunk.changes, baseline=(queue_snap, archive_snap))
             logged.update(r.task_id for r in chunk.rows)
             if result.misplaced:
-                back = put_back(result.misplaced, settings=settings, now=now, run_id=run_id)
+                whole = whole_rows(result.misplaced, queue_snap.rows, columns)
+                back = put_back(whole, settings=settings, now=now, run_id=run_id)
                 store.apply(back)
                 report.put_back.extend(
                     cell_text(m.get("task_id")).strip() or "(a row without task_id)"

@@ -44,6 +44,7 @@ pytestmark = [pytest.mark.google, pytest.mark.slow, pytest.mark.xdist_group("per
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 QUEUE, LOG, ARCHIVE = "Queue", "QueueLog", "QueueArchive"
+LOG_ARCHIVE = "QueueLogArchive"
 NOTE = "manager: call the supplier about the March invoices"
 ORIGINAL_COLUMNS = QUEUE_COLUMNS[:9]  # the Apps Script layout sheetq adopts (docs/design.md §2)
 
@@ -195,11 +196,17 @@ class Ctx:
 
 @dataclass
 class Snap:
-    """Queue, QueueArchive and QueueLog as records (by header name)."""
+    """Queue, QueueArchive, QueueLog and QueueLogArchive as records (by header name)."""
 
     queue: list[dict[str, str]]
     archive: list[dict[str, str]]
     log: list[dict[str, str]]
+    log_archive: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def history(self) -> list[dict[str, str]]:
+        """Every log row, oldest first: QueueLogArchive's, then QueueLog's."""
+        return self.log_archive + self.log
 
     def rows(self, ident: str) -> dict[str, tuple[str, dict[str, str]]]:
         """identity → (sheet, cells) over Queue and QueueArchive (first one wins)."""
@@ -231,7 +238,7 @@ def snapshot(book: GoogleBook) -> Snap:
         except KeyError:  # the worksheet does not exist (yet)
             return []
 
-    return Snap(records(QUEUE), records(ARCHIVE), records(LOG))
+    return Snap(records(QUEUE), records(ARCHIVE), records(LOG), records(LOG_ARCHIVE))
 
 
 Check = Callable[[Ctx, Snap, Snap, list[Result]], list[str]]
@@ -253,6 +260,7 @@ class Command:
     ident: str = "task_id"  # what identifies a row across the run
     adopt: bool = False  # the fixture is an Apps Script sheet, not an initialised one
     telegram: bool = False
+    archive_notes: bool = True  # the manager added the notes column to QueueArchive too
 
     @property
     def by_name(self) -> dict[str, Row]:
@@ -296,7 +304,7 @@ def _new_rows(before: Snap, after: Snap) -> list[dict[str, str]]:
 
 
 def _events(snap: Snap, task_id: str, event: str) -> int:
-    return sum(1 for e in snap.log if e["task_id"] == task_id and e["event"] == event)
+    return sum(1 for e in snap.history if e["task_id"] == task_id and e["event"] == event)
 
 
 def _expect_new(payloads: list[dict[str, Any]]) -> Check:
@@ -409,10 +417,12 @@ def _check_archive(ctx: Ctx, before: Snap, after: Snap, results: list[Result]) -
     for task_id in targets:
         sheet, got = rows.get(task_id, ("", {}))
         name = _name(ctx, task_id)
+        # a cell of a column QueueArchive lacks is dropped (archive warns once)
+        kept = {c: v for c, v in old[task_id][1].items() if ctx.spec.archive_notes or c != "notes"}
         if sheet != ARCHIVE:
             problems.append(f"{name}: in {sheet or 'neither sheet'}, expected QueueArchive")
-        elif _diff(old[task_id][1], got):
-            problems.append(f"{name}: archived with other cells: {_diff(old[task_id][1], got)}")
+        elif _diff(kept, got):
+            problems.append(f"{name}: archived with other cells: {_diff(kept, got)}")
         if sheet == ARCHIVE and any(r.get("task_id") == task_id for r in after.queue):
             problems.append(f"{name}: also still in Queue")
         if _events(after, task_id, "archived") != 1:
@@ -421,6 +431,26 @@ def _check_archive(ctx: Ctx, before: Snap, after: Snap, results: list[Result]) -
         if record.get("task_id") not in targets:
             name = _name(ctx, record.get("task_id", ""))
             problems.append(f"{name} ({record.get('status')}) in QueueArchive")
+    return problems
+
+
+def _check_archive_logs(ctx: Ctx, before: Snap, after: Snap, results: list[Result]) -> list[str]:
+    """archive, then the log rows older than 30 days moved to QueueLogArchive: none lost, none
+    twice, none newer moved, every older one moved."""
+    problems = _check_archive(ctx, before, after, results)
+    cutoff = ts(NOW - days(30))
+
+    def rows(records: list[dict[str, str]]) -> Counter[tuple[str, ...]]:
+        return Counter(tuple(sorted(_cells(r).items())) for r in records)
+
+    was = rows(before.history)
+    now = rows([e for e in after.history if e["event"] not in ("archived", "recovered")])
+    if now != was:
+        problems.append(f"log rows lost {dict(was - now)} or made up {dict(now - was)}")
+    newer = [e for e in after.log_archive if e["ts"] >= cutoff]
+    older = [e for e in after.log if e["ts"] < cutoff]
+    if newer or older:
+        problems.append(f"{len(newer)} newer log rows archived, {len(older)} older left")
     return problems
 
 
@@ -554,6 +584,24 @@ def _commands() -> dict[str, Command]:
             _names("done_a", "done_b", "done_c"),
             _check_archive,
             bystander="failed_old",
+        ),
+        Command(  # the manager's notes column is in Queue only
+            "archive_notes_in_queue_only",
+            archive_rows,
+            ["archive", "--older-than", "30d", "--json"],
+            _names("done_a", "done_b", "done_c"),
+            _check_archive,
+            bystander="failed_old",
+            archive_notes=False,
+        ),
+        Command(
+            "archive_with_log",
+            archive_rows,
+            ["archive", "--older-than", "30d", "--log-older-than", "30d", "--json"],
+            _names("done_a", "done_b", "done_c"),
+            _check_archive_logs,
+            bystander="failed_old",
+            archive_notes=False,
         ),
         Command(
             "init_adopt",
@@ -756,7 +804,7 @@ def check_log(ctx: Ctx, before: Snap, after: Snap, edit: str) -> list[str]:
         return []
     problems = []
     last: dict[str, dict[str, str]] = {}
-    for entry in after.log:
+    for entry in after.history:
         last[entry["task_id"]] = entry
     for sheet, records in ((QUEUE, after.queue), (ARCHIVE, after.archive)):
         for record in records:
@@ -775,7 +823,7 @@ def check_log(ctx: Ctx, before: Snap, after: Snap, edit: str) -> list[str]:
                 )
     seen = Counter(
         (e["task_id"], e["event"], e["status"], e["retry_count"])
-        for e in after.log
+        for e in after.history
         if e["event"] not in ("duplicate", "conflict")
     )
     twice = [f"{_name(ctx, t)} {ev}" for (t, ev, _, _), n in seen.items() if n > 1]
@@ -817,10 +865,12 @@ def template(spec: Command, emu: SheetsEmulator, monkeypatch: pytest.MonkeyPatch
         result = run_cli(["init"])
         assert result.code == 0, result.stderr
         header = [str(h) for h in book.grid(QUEUE)[0]] + ["notes"]
-        for title in (QUEUE, ARCHIVE):  # init sized the grids; a manager adds a column
+        widened = (QUEUE, ARCHIVE) if spec.archive_notes else (QUEUE,)
+        for title in widened:  # init sized the grids; a manager adds a column
             emu.widen(book.key, title, len(header))
         emu.set_values(book.key, QUEUE, [header], "A1", user_entered=False)
-        emu.set_values(book.key, ARCHIVE, [header], "A1", user_entered=False)
+        if spec.archive_notes:
+            emu.set_values(book.key, ARCHIVE, [header], "A1", user_entered=False)
         emu.set_values(book.key, QUEUE, queue_values(spec.rows, header), "A2", user_entered=False)
         log_header = [str(h) for h in book.grid(LOG)[0]]
         emu.set_values(book.key, LOG, log_values(spec.rows, log_header), "A2", user_entered=False)
