@@ -76,9 +76,11 @@ def check_headers(info: WorkbookInfo, settings: Settings) -> list[Check]:
     return checks
 
 
-def check_write(store: Store, who: str) -> Check:
-    """A harmless write: the named range ``PROBE_RANGE`` added and removed in one atomic
-    change, the compare-and-set the run lease is built on. ``who`` names the account."""
+def check_write(store: Store, who: str, *, local: bool = False) -> Check:
+    """A harmless write: the lease ``PROBE_RANGE`` taken and given back in one atomic
+    change, the compare-and-set the run lease is built on (a named range on Google, a row
+    of the workbook's lease table in one SQLite transaction when ``local``). ``who`` names
+    the account."""
     from sheetq.sheet.google import AccessDenied
 
     what = "write access"
@@ -88,10 +90,19 @@ def check_write(store: Store, who: str) -> Check:
         detail = "sheetq can read the spreadsheet but not write it: it is shared read-only"
         return problem(what, detail, f"share it as Editor (not Viewer or Commenter) with {who}")
     except LeaseConflict:
+        if local:
+            detail = (
+                f"the workbook already holds a lease '{PROBE_RANGE}': another doctor is running"
+            )
+            return problem(what, detail, "run doctor again when it has finished")
         detail = f"a named range '{PROBE_RANGE}' already exists, so the probe could not run"
         return problem(what, detail, "delete it (Data → Named ranges), then run doctor again")
     except SheetqError as exc:
         return problem(what, f"the write probe failed: {exc.message}")
+    if local:
+        return fine(
+            what, "a lease was taken and given back in one SQLite transaction (leases work)"
+        )
     return fine(what, "a named range was added and removed in one atomic request (leases work)")
 
 
@@ -125,10 +136,13 @@ def check_time_zone(info: WorkbookInfo) -> Check:
     return fine("time zone", f"{name}: times typed without an offset are read in it")
 
 
-def _workbook_checks(store: Store, info: WorkbookInfo, settings: Settings, who: str) -> list[Check]:
-    """Headers, write access, lease and time zone of an opened workbook."""
+def _workbook_checks(
+    store: Store, info: WorkbookInfo, settings: Settings, who: str, *, local: bool = False
+) -> list[Check]:
+    """Headers, write access, lease and time zone of an opened workbook (``local``: a
+    SQLite workbook, not a Google spreadsheet)."""
     checks = check_headers(info, settings)
-    checks.append(check_write(store, who))
+    checks.append(check_write(store, who, local=local))
     checks.append(check_lease(info, settings))
     checks.append(check_time_zone(info))
     return checks
@@ -157,7 +171,7 @@ def check_local(settings: Settings) -> list[Check]:
     except SheetqError as exc:
         return [*checks, problem(what, exc.message)]
     try:
-        return checks + _workbook_checks(store, store.open(), settings, "this user")
+        return checks + _workbook_checks(store, store.open(), settings, "this user", local=True)
     except SheetqError as exc:
         return [*checks, problem(what, exc.message)]
     finally:

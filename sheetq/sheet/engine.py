@@ -139,13 +139,8 @@ class SheetQueue:
 
             for line in build_dashboard(store, settings):
                 say(line)
-        if not added and not report:
-            say(
-                f"{info.title}: {settings.queue_sheet}, {settings.log_sheet} and "
-                f"{settings.archive_sheet} are ready"
-            )
-        else:
-            say(f"{info.title}: ready")
+        names = list(titles)
+        say(f"{info.title}: {', '.join(names[:-1])} and {names[-1]} are ready")
 
     def checks(self) -> list[Check]:
         """``sheetq doctor``'s lines for the workbook (``sheetq.sheet.doctor``)."""

@@ -88,7 +88,7 @@ def test_sheet_queue_enqueues_once_and_reports_through_the_port(tmp_path: Path) 
     clock = FixedClock(NOW)
     lines: list[str] = []
     queue.init(fmt=False, dashboard=False, clock=clock, say=lines.append)
-    assert lines[-1] == "q: ready"
+    assert lines[-1] == "q: Queue, QueueLog, QueueArchive and QueueLogArchive are ready"
     results = []
     for _ in range(2):
         tasks = prepare("lead", [(None, {"lead_id": "L-1"})], settings)
