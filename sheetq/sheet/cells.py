@@ -6,10 +6,10 @@ columns" (Google Drive Help, "Files you can store in Google Drive",
 https://support.google.com/drive/answer/37603). Past it, Google refuses the writes that
 would grow a grid, so appends (new tasks, log rows) fail.
 
-What is counted, at no extra request: the grids of the worksheets ``status`` already opens
-(Queue, QueueLog, QueueArchive — their ``rowCount`` × ``columnCount`` from the metadata of
-``open()``). Other worksheets (QueueLogArchive, the Dashboard, a manager's own) are not in
-that answer and are not counted, so the figure is a floor.
+What is counted: every worksheet's grid (``rowCount`` × ``columnCount``) — Queue, QueueLog,
+QueueArchive, QueueLogArchive, the Dashboard and a manager's own worksheets alike — from one
+``spreadsheets.get`` of the worksheets' properties (``Gridded.grid_sizes``), the second of
+``status``'s two requests.
 
 The rate: tasks whose ``created_at`` is within the last ``RATE_WINDOW`` (7 days), from the
 Queue read ``status`` makes anyway (tasks archived within the window are missed: archive
@@ -21,11 +21,10 @@ widths of those grids. ``full_at`` is when the used cells reach the limit at tha
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 
 from sheetq.port import CellUsage
-from sheetq.sheet.store import WorkbookInfo
 
 CELL_LIMIT = (
     10_000_000  # cells per Google spreadsheet (https://support.google.com/drive/answer/37603)
@@ -36,24 +35,22 @@ LOG_ROWS_PER_TASK = 3  # enqueued, claimed, done: a task that succeeds at its fi
 
 
 def cell_usage(
-    info: WorkbookInfo,
-    titles: Sequence[str],
+    grids: Mapping[str, tuple[int, int]],
     queue: str,
     log: str,
     created: Iterable[datetime | None],
     now: datetime,
 ) -> CellUsage | None:
-    """The usage of the worksheets ``titles`` that ``info`` describes; ``None`` when they
-    have no grid (the local backend). ``created``: the Queue rows' ``created_at``."""
-    sheets = [info.sheets[t] for t in titles if t in info.sheets]
-    if not any(s.column_count for s in sheets):
+    """The usage of every worksheet's grid (``grids``: title → (rows, columns)); ``None``
+    without grids (the local backend). ``created``: the Queue rows' ``created_at``."""
+    if not any(columns for _rows, columns in grids.values()):
         return None
-    used = sum(s.row_count * s.column_count for s in sheets)
+    used = sum(rows * columns for rows, columns in grids.values())
     since = now - RATE_WINDOW
     recent = sum(1 for c in created if c is not None and since <= c <= now)
     full_at = None
-    queue_width = info.sheets[queue].column_count if queue in info.sheets else 0
-    log_width = info.sheets[log].column_count if log in info.sheets else 0
+    queue_width = grids.get(queue, (0, 0))[1]
+    log_width = grids.get(log, (0, 0))[1]
     per_task = queue_width + LOG_ROWS_PER_TASK * log_width
     if recent and per_task:
         per_second = recent * per_task / RATE_WINDOW.total_seconds()

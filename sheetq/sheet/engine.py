@@ -34,7 +34,7 @@ from sheetq.port import (
 from sheetq.sheet import LOCAL_PREFIX, open_store
 from sheetq.sheet.plan import SCAN_COLUMNS, QueueRow, parse_rows
 from sheetq.sheet.schema import check_schema
-from sheetq.sheet.store import Read, Snapshot, Store, WorkbookInfo
+from sheetq.sheet.store import Gridded, Read, Snapshot, Store, WorkbookInfo
 from sheetq.summary import stopped
 from sheetq.times import zone
 
@@ -418,20 +418,20 @@ class SheetQueue:
         from sheetq.sheet.tally import tally_rows
 
         settings = self.settings
-        info = self._checked()
+        # Google: one spreadsheets.get (headers, and the columns where init puts them; one
+        # read more when a person moved one), then every worksheet's grid (a get with ranges
+        # answers only for the worksheets they touch): 2 requests, as before.
+        info, (snap,) = self.store.open_with(
+            [Read(settings.queue_sheet, STATUS_COLUMNS)],
+            layout={settings.queue_sheet: QUEUE_COLUMNS},
+        )
+        check_schema(info, settings)
         now = clock.now()
-        (snap,) = self.store.read([Read(settings.queue_sheet, STATUS_COLUMNS)])
         rows = parse_rows(snap.rows, zone(info.time_zone), info.locale)
         tallied = tally_rows(rows, settings, now)
         gone = self._gone(info, tallied.processing, now) if tallied.processing else []
-        cells = cell_usage(
-            info,
-            list(info.sheets),
-            settings.queue_sheet,
-            settings.log_sheet,
-            tallied.created,
-            now,
-        )
+        grids = self.store.grid_sizes() if isinstance(self.store, Gridded) else {}
+        cells = cell_usage(grids, settings.queue_sheet, settings.log_sheet, tallied.created, now)
         return StatusReport(info.title, info.time_zone, tallied.tally, gone, now, cells)
 
     def _gone(self, info: WorkbookInfo, rows: Sequence[QueueRow], now: datetime) -> list[HeldGroup]:

@@ -747,6 +747,23 @@ class GoogleStore(VerifiedWrites):
                 outcome.stray += 1
         return outcome
 
+    def grid_sizes(self) -> dict[str, tuple[int, int]]:
+        """Every worksheet's ``rowCount`` × ``columnCount``, title → (rows, columns): one
+        ``spreadsheets.get`` without ranges (a get with ranges answers only for the
+        worksheets they touch) and with a field mask of those properties only."""
+        meta = self._metadata(
+            {"fields": "sheets(properties(title,gridProperties(rowCount,columnCount)))"}
+        )
+        out: dict[str, tuple[int, int]] = {}
+        for sheet in meta.get("sheets", []):
+            props = sheet.get("properties", {})
+            grid = props.get("gridProperties", {})
+            out[str(props.get("title", ""))] = (
+                int(grid.get("rowCount", 0)),
+                int(grid.get("columnCount", 0)),
+            )
+        return out
+
     def fit_grids(self, titles: Sequence[str]) -> list[str]:
         """Trim trailing empty columns beyond the last header cell of ``titles``.
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from sheetq.errors import SchemaError
 
@@ -246,6 +246,17 @@ class BlockMoved:
 def row_identity(row: Row, columns: Sequence[str]) -> tuple[str, ...]:
     """A row's cells in ``columns`` as text: what tells two log rows apart."""
     return tuple(row.text(name).strip() for name in columns)
+
+
+@runtime_checkable
+class Gridded(Protocol):
+    """A store whose worksheets are grids that count against a cell limit (Google)."""
+
+    def grid_sizes(self) -> dict[str, tuple[int, int]]:
+        """Every worksheet's grid, title → (rows, columns), a manager's own worksheets
+        included: what Google counts against its cell limit. One ``spreadsheets.get`` of the
+        worksheets' properties only (no ranges, no cells)."""
+        ...
 
 
 class Store(Protocol):

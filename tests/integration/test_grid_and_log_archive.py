@@ -20,6 +20,15 @@ def _at(monkeypatch: pytest.MonkeyPatch, when: datetime) -> None:
     monkeypatch.setenv("SHEETQ_NOW", when.strftime("%Y-%m-%dT%H:%M:%SZ"))
 
 
+def _grids(emulator: Any, key: str) -> int:
+    """Σ rowCount × columnCount over every worksheet of the spreadsheet, as Google counts."""
+    total = 0
+    for sheet in emulator.metadata(key)["sheets"]:
+        grid = sheet["properties"]["gridProperties"]
+        total += grid["rowCount"] * grid["columnCount"]
+    return total
+
+
 def _columns(book: GoogleBook, title: str) -> int:
     props = book.emulator.sheet_properties(book.key, title)
     return int(props["gridProperties"]["columnCount"])
@@ -78,7 +87,8 @@ def test_init_trims_only_empty_trailing_columns_and_changes_nothing_twice(
 def test_status_json_reports_cells_on_google_and_null_on_local(
     book: Book, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`status --json` has "cells": used = Σ rowCount × columnCount on Google, null locally."""
+    """`status --json` has "cells": used = Σ rowCount × columnCount over every worksheet on
+    Google (Sheet1 and QueueLogArchive too), null locally."""
     _at(monkeypatch, T0)
     assert run_cli(["enqueue", "job", '{"n": 1}']).code == 0
     r = run_cli(["status", "--json"])
@@ -88,12 +98,9 @@ def test_status_json_reports_cells_on_google_and_null_on_local(
         assert cells is None
         return
     assert isinstance(book, GoogleBook) or hasattr(book, "key")
-    props = [
-        book.emulator.sheet_properties(book.key, t)["gridProperties"]
-        for t in ("Queue", "QueueLog", "QueueArchive")
-    ]
-    used = sum(p["rowCount"] * p["columnCount"] for p in props)
-    assert cells["used"] == used == 1000 * 17 * 2 + 1000 * 9
+    used = _grids(book.emulator, book.key)
+    # Queue and QueueArchive 17 columns, QueueLog and QueueLogArchive 9, Sheet1 26
+    assert cells["used"] == used == 1000 * 17 * 2 + 1000 * 9 * 2 + 1000 * 26
     assert cells["limit"] == 10_000_000
     assert cells["percent"] == round(100 * used / 10_000_000, 1)
     assert cells["full_at"] is not None
@@ -125,7 +132,7 @@ def test_status_warns_at_80_percent_with_the_date_and_stays_at_two_requests(
     assert r.code == 0, r.stderr
     assert emu.count() == 2
     cells = r.json()["cells"]
-    assert cells["used"] == 900_000 * 9 + 2 * 1000 * 17
+    assert cells["used"] == 900_000 * 9 + 2 * 1000 * 17 + 1000 * 9 + 1000 * 26
     assert cells["percent"] >= 80
     # 7 tasks a week × (17 + 3 × 9) cells each = 44 cells/day; 1,866,000 cells left
     left = 10_000_000 - cells["used"]
@@ -133,6 +140,31 @@ def test_status_warns_at_80_percent_with_the_date_and_stays_at_two_requests(
     got = datetime.fromisoformat(cells["full_at"].replace("Z", "+00:00"))
     assert abs((got - expected).total_seconds()) < 2
     assert "cells" in r.stderr and cells["full_at"][:10] in r.stderr
+
+
+@pytest.mark.google
+def test_status_counts_a_managers_own_worksheet_in_its_two_requests(
+    sheets_emulator: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cells are in a manager's own worksheet (a CRM export of 8,300,000 cells): `status`
+    counts every worksheet's grid, warns at 83 %, and still makes 2 requests."""
+    book = make_google(sheets_emulator, monkeypatch)
+    assert run_cli(["init"]).code == 0
+    emu = sheets_emulator
+    emu.add_sheet(book.key, "CRM export", rows=100_000, cols=83)
+    _at(monkeypatch, T0)
+    assert run_cli(["enqueue", "job", '{"n": 1}']).code == 0
+    emu.reset_counts()
+    r = run_cli(["status", "--json"])
+    assert r.code == 0, r.stderr
+    assert emu.count() == 2
+    cells = r.json()["cells"]
+    assert cells["used"] == _grids(emu, book.key) >= 8_300_000
+    assert cells["percent"] >= 83
+    emu.reset_counts()
+    human = run_cli(["status"])
+    assert human.code == 0 and emu.count() == 2
+    assert "cells" in human.stderr and f"{cells['used']:,}" in human.stderr
 
 
 # --- 2. archive --log-older-than --------------------------------------------------------
