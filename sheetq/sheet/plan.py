@@ -364,16 +364,28 @@ def plan_batch(
                 "alerted_at": "",
                 "error_class": "",
             }
-            values["next_retry_at"] = stamp  # due now: max_age counts from here (step 3)
+            typed_at = row.next_retry_at
+            if isinstance(typed_at, datetime) and typed_at > now:
+                # a time the person typed with it ("retry tomorrow at 9"): the task waits for
+                # it, and the cell keeps what they typed; max_age counts from it (step 3)
+                when = f"; due {format_ts(typed_at)}"
+            else:
+                if isinstance(typed_at, Unparseable):  # docs/design.md §2: due, with a warning
+                    plan.invalid_times.append(
+                        f"{row.task_id}: next_retry_at {typed_at.text!r} typed with the "
+                        f"requeue (replaced by {stamp})"
+                    )
+                values["next_retry_at"] = stamp  # due now: max_age counts from here (step 3)
+                row.next_retry_at = now
+                when = ""
             change(row, **values)
             what = (
-                f"requeued by a person (was {was})"
+                f"requeued by a person (was {was}){when}"
                 if was != "edited"
-                else (f"status typed by a person as {row.status_text!r}")
+                else (f"status typed by a person as {row.status_text!r}{when}")
             )
             log(row, Event.REQUEUED, status, row.retry_count, what)
             plan.requeued += 1
-            row.next_retry_at = now
             row.error_class = ""
         if isinstance(row.next_retry_at, Unparseable):
             plan.invalid_times.append(f"{row.task_id}: next_retry_at {row.next_retry_at.text!r}")
