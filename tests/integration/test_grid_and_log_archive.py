@@ -165,6 +165,14 @@ def test_status_counts_a_managers_own_worksheet_in_its_two_requests(
     human = run_cli(["status"])
     assert human.code == 0 and emu.count() == 2
     assert "cells" in human.stderr and f"{cells['used']:,}" in human.stderr
+    # a person dragged the status column: one read more to find it by name, as enqueue's
+    header = [str(h) for h in emu.values(book.key, "Queue")[0]]
+    emu.move_column(book.key, "Queue", header.index("status"), 0)
+    emu.reset_counts()
+    r = run_cli(["status", "--json"])
+    assert r.code == 0 and emu.count() == 3, r.stderr
+    assert r.json()["cells"]["used"] == _grids(emu, book.key)
+    assert r.json()["counts"]["pending"] == 1
 
 
 # --- 2. archive --log-older-than --------------------------------------------------------
