@@ -295,13 +295,16 @@ class ArchiveReport:
 
 @dataclass
 class LogArchiveReport:
-    """Log rows moved (or, with ``dry_run``, that would move), writes, stray rows."""
+    """Log rows moved (or, with ``dry_run``, that would move), writes, stray rows (newer
+    rows a person's sort put under the move, carried along) and how many of those were put
+    back at the end of the log."""
 
     cutoff: datetime
     dry_run: bool
     archived: int = 0
     writes: int = 0
     stray: int = 0
+    put_back: int = 0
 
 
 @dataclass

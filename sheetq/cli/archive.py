@@ -117,6 +117,7 @@ def archive(
             doc["log_writes"] = logs[0].writes
             doc["log_cutoff"] = format_ts(logs[0].cutoff)
             doc["log_stray"] = logs[0].stray
+            doc["log_put_back"] = logs[0].put_back
         emit_json(doc)
     else:
         counts = ", ".join(f"{s}: {n}" for s, n in by_status.items())
@@ -127,9 +128,15 @@ def archive(
             verb = "would move" if dry_run else "moved"
             echo(f"{verb} {logs[0].archived} {where.log} row(s) to {where.log_archive}")
     if logs and logs[0].stray:
+        kept = logs[0].stray - logs[0].put_back
         warn(
-            f"{logs[0].stray} newer {where.log} row(s) were carried to "
-            f"{where.log_archive} too (rows moved while archive wrote); they are kept there"
+            f"{logs[0].stray} newer {where.log} row(s) were carried to {where.log_archive} "
+            "too (rows moved while archive wrote); "
+            + (
+                f"put back at the end of {where.log}"
+                if not kept
+                else f"{logs[0].put_back} put back, {kept} kept there"
+            )
         )
     _warnings(report, where.archive, where.queue)
 

@@ -687,7 +687,7 @@ class GoogleStore(VerifiedWrites):
         the source rows ``lo``..``hi`` into them (column runs by header name), delete those
         source rows; then one read of what arrived, compared row by row with ``rows``
         (see ``Store.move_block``). A row not in the block that a person's edit put at those
-        positions is kept in ``to`` and counted as ``stray``."""
+        positions arrived in ``to`` too: counted as ``stray`` and listed in ``strays``."""
         if not rows:
             return BlockMoved()
         lo, hi = rows[0].number, rows[-1].number
@@ -745,6 +745,7 @@ class GoogleStore(VerifiedWrites):
                 outcome.moved += 1
             elif any(key):
                 outcome.stray += 1
+                outcome.strays.append(row)
         return outcome
 
     def grid_sizes(self) -> dict[str, tuple[int, int]]:

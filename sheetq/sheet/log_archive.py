@@ -5,9 +5,10 @@ moved as **a block from the top**: QueueLog is append-only and in time order, so
 older than the cutoff are the first ones. The block is moved by ``Store.move_block`` (one
 atomic copy-and-delete by position on Google, then a read-back that compares each arrived
 row whole with what was read); rows that moved under the write stay where they are and the
-next write takes them. If a row older than the cutoff sits below a newer one (a person
-sorted QueueLog another way), nothing is moved and the command says which row: sort
-QueueLog by ``ts``, oldest first, and run it again.
+next write takes them, and rows that were not meant but arrived (a person's sort put them
+under the write) are put back at the end of QueueLog. If a row older than the cutoff sits
+below a newer one (a person sorted QueueLog another way), nothing is moved and the command
+says which row: sort QueueLog by ``ts``, oldest first, and run it again.
 
 Writes: at most ``MAX_WRITE_BYTES`` of row data each (on Google the request itself carries
 no values, only positions; the bound keeps each write's read-back under Google's 10 MB
@@ -21,6 +22,7 @@ header.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from sheetq.config import Settings
@@ -28,7 +30,16 @@ from sheetq.errors import StoreError, UsageError
 from sheetq.model import LOG_COLUMNS
 from sheetq.port import LogArchiveReport
 from sheetq.sheet.archive import MAX_WRITE_BYTES, _row_bytes
-from sheetq.sheet.store import Read, Row, Store, WorkbookInfo
+from sheetq.sheet.store import (
+    AppendRow,
+    ChangeSet,
+    DeleteRow,
+    Read,
+    Row,
+    Store,
+    WorkbookInfo,
+    cell_text,
+)
 from sheetq.times import parse_ts, zone
 
 
@@ -56,6 +67,18 @@ def old_block(rows: list[Row], cutoff: datetime, info: WorkbookInfo, title: str)
     return block
 
 
+def _put_back(store: Store, source: str, dest: str, strays: Sequence[Row]) -> None:
+    """Rows a block move carried by mistake (a person sorted the log under the write): back
+    at the end of ``source``, every cell as it arrived, and out of ``dest`` (by the rows they
+    arrived at), in one atomic write."""
+    changes = ChangeSet()
+    for row in strays:
+        values = {k: v for k, v in row.values.items() if cell_text(v) != ""}
+        changes.appends.append(AppendRow(source, values))
+        changes.deletes.append(DeleteRow(dest, None, row.number))
+    store.apply(changes)
+
+
 def run_log_archive(
     store: Store,
     info: WorkbookInfo,
@@ -73,7 +96,17 @@ def run_log_archive(
     stalled = 0
     while True:
         log_snap, dest_snap = store.read([Read(source), Read(dest, ("ts", "task_id"))])
-        block = old_block(log_snap.rows, report.cutoff, info, source)
+        try:
+            block = old_block(log_snap.rows, report.cutoff, info, source)
+        except UsageError as exc:
+            if not report.writes:
+                raise
+            done = f"{report.archived} old row(s) were moved to {dest} before it was sorted"
+            if report.put_back:
+                done += f"; {report.put_back} newer row(s) carried along were put back in {source}"
+            raise UsageError(  # a person sorted the log while this run wrote
+                exc.message.replace("Nothing was moved.", done + ".")
+            ) from None
         if dry_run:
             report.archived = len(block)
             return report
@@ -103,6 +136,9 @@ def run_log_archive(
         report.writes += 1
         report.archived += done.moved
         report.stray += done.stray
+        if done.strays:
+            _put_back(store, source, dest, done.strays)
+            report.put_back += len(done.strays)
         if done.moved < len(chunk):
             stalled += 1
             if stalled > 3:

@@ -237,10 +237,12 @@ class ApplyResult:
 class BlockMoved:
     """What ``move_block`` did: ``moved`` rows of the block arrived in the destination;
     ``stray`` rows that were not in the block arrived too (rows moved under the write;
-    kept there, never lost, never doubled)."""
+    never lost, never doubled), listed in ``strays`` as they are in the destination (their
+    numbers are rows there) for the caller to put back."""
 
     moved: int = 0
     stray: int = 0
+    strays: list[Row] = field(default_factory=list)
 
 
 def row_identity(row: Row, columns: Sequence[str]) -> tuple[str, ...]:

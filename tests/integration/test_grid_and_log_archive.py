@@ -286,3 +286,33 @@ def test_log_archive_request_count_on_google(
     assert r.json()["log_archived"] == 8
     assert sheets_emulator.count() <= 6
     assert len(book.records("QueueLogArchive")) == 8
+
+
+@pytest.mark.google
+def test_log_rows_a_sort_carried_along_are_put_back(
+    sheets_emulator: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A person reverses QueueLog between archive's read and its write: the write moves the
+    top block, now holding the newest rows; those are put back at the end of QueueLog (said
+    on stderr), the next write takes the old rows it missed, none is lost or doubled."""
+    book = make_google(sheets_emulator, monkeypatch)
+    assert run_cli(["init"]).code == 0
+    _old_and_new_log(monkeypatch)
+    before = sorted(tuple(sorted(_cells(r).items())) for r in book.records("QueueLog"))
+    sheets_emulator.before_next(
+        lambda emu: emu.reverse_rows(book.key, "QueueLog"), op="spreadsheets.batchUpdate"
+    )
+    r = run_cli(["archive", "--log-older-than", "30d", "--json"])
+    assert r.code == 0, r.stderr
+    doc = r.json()
+    assert (doc["log_archived"], doc["log_stray"], doc["log_put_back"]) == (8, 2, 2)
+    assert "2 newer QueueLog row(s)" in r.stderr and "put back" in r.stderr
+    cutoff = (T0 + timedelta(days=10)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert len(book.records("QueueLogArchive")) == 8
+    assert all(row["ts"] < cutoff for row in book.records("QueueLogArchive"))
+    assert all(row["ts"] > cutoff for row in book.records("QueueLog"))
+    after = sorted(
+        tuple(sorted(_cells(r).items()))
+        for r in book.records("QueueLog") + book.records("QueueLogArchive")
+    )
+    assert after == before
