@@ -101,11 +101,11 @@ def run_log_archive(
         except UsageError as exc:
             if not report.writes:
                 raise
-            done = f"{report.archived} old row(s) were moved to {dest} before it was sorted"
+            moved = f"{report.archived} old row(s) were moved to {dest} before it was sorted"
             if report.put_back:
-                done += f"; {report.put_back} newer row(s) carried along were put back in {source}"
+                moved += f"; {report.put_back} newer row(s) carried along were put back in {source}"
             raise UsageError(  # a person sorted the log while this run wrote
-                exc.message.replace("Nothing was moved.", done + ".")
+                exc.message.replace("Nothing was moved.", moved + ".")
             ) from None
         if dry_run:
             report.archived = len(block)
