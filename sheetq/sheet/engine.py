@@ -134,12 +134,14 @@ class SheetQueue:
                 settings.queue_sheet, settings.log_sheet, settings.archive_sheet
             ):
                 say(line)
+        names = list(titles)
         if dashboard:
-            from sheetq.sheet.dashboard import build_dashboard
+            from sheetq.sheet.dashboard import build_dashboard, dashboard_title
 
             for line in build_dashboard(store, settings):
                 say(line)
-        names = list(titles)
+            names.append(dashboard_title(settings))
+        # one closing line, the same on a first and a later run: every worksheet prepared
         say(f"{info.title}: {', '.join(names[:-1])} and {names[-1]} are ready")
 
     def checks(self) -> list[Check]:

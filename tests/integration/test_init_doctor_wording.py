@@ -4,7 +4,11 @@ local workbook speaks of the SQLite transaction, not of Google's named ranges.""
 
 from __future__ import annotations
 
-from tests.conftest import Book, run_cli
+from typing import Any
+
+import pytest
+
+from tests.conftest import Book, make_google, run_cli
 
 READY = "Queue, QueueLog, QueueArchive and QueueLogArchive are ready"
 
@@ -28,3 +32,15 @@ def test_doctor_write_check_says_what_is_true_for_the_backend(
         assert "SQLite transaction" in line and "named range" not in line, line
     else:
         assert "named range" in line and "SQLite" not in line, line
+
+
+@pytest.mark.google
+def test_init_with_dashboard_names_it_too(
+    sheets_emulator: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_google(sheets_emulator, monkeypatch)
+    lines = [run_cli(["init", "--dashboard"]).stdout.strip().splitlines()[-1] for _ in range(2)]
+    assert lines[0] == lines[1], lines
+    assert lines[0].endswith(
+        ": Queue, QueueLog, QueueArchive, QueueLogArchive and Dashboard are ready"
+    )
