@@ -4,7 +4,9 @@
 calls every ``[mirror] interval``. Its Sheets requests:
 
 1. one ``spreadsheets.get`` (``Store.open_with``): the headers, the mirror's token (a named
-   range) and every sheetq column of the Queue worksheet;
+   range) and every sheetq column of the Queue worksheet; on the first pass to a spreadsheet
+   (no pass has written yet) also QueueLog's ``ts``, ``task_id`` and ``event``, so that the
+   log rows ``sheetq migrate`` copied from it are recognised and not appended again;
 2. when anything differs, one atomic ``batchUpdate`` (``Store.apply`` with that read as its
    baseline, so no locating read; verified by the write's echo): changed cells by
    ``task_id``, new rows, deletions, new QueueLog rows and the new token — one write per
@@ -211,7 +213,7 @@ class _Pass:
         now = self.clock.now()
         with self.pg.transaction() as conn:
             before = self.mirror.state(conn)
-        first = before.last_pass is None and not before.token
+        first = before.last_pass is None and not before.token  # no pass has written yet
         try:
             info, snap, log = self._read(first)
         except StoreError as exc:
