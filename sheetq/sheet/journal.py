@@ -117,17 +117,18 @@ class Journal:
 
     # --- writing ------------------------------------------------------------------
 
-    def _append(self, records: Sequence[Mapping[str, Any]]) -> None:
-        """Append and fsync. A journal that cannot be written (disk full, permissions) does
-        not stop the run: ``problem`` says why (the runner reports it), and a kill would then
-        leave outcomes unknown, as without a journal."""
+    def _append(self, records: Sequence[Mapping[str, Any]], *, sync: bool = True) -> None:
+        """Append, and fsync unless ``sync`` is false. A journal that cannot be written (disk
+        full, permissions) does not stop the run: ``problem`` says why (the runner reports
+        it), and a kill would then leave outcomes unknown, as without a journal."""
         data = b"".join(_line({"v": VERSION, **r}) for r in records)
         try:
             new = not self.path.exists()
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             try:
                 os.write(fd, data)
-                os.fsync(fd)
+                if sync:
+                    os.fsync(fd)
             finally:
                 os.close(fd)
         except OSError as exc:
@@ -173,9 +174,18 @@ class Journal:
         )
 
     def ended(self, run_id: str, task_id: str, changes: ChangeSet) -> None:
-        """After a handler returned: the Queue cells and log rows the run will write."""
+        """After a handler returned: the Queue cells and log rows the run will write.
+
+        Written without its own fsync: a killed process leaves what it wrote in the page
+        cache, so the next run reads it; the next record's fsync (the next ``started``, the
+        next claim) or the batch's write to the sheet makes it durable against a power loss.
+        A power loss before that leaves the task ``started`` without an end, which recovery
+        treats as outcome unknown (never as not started), so nothing runs twice by accident;
+        one fsync per task instead of two (the ``started`` mark's, which must precede the
+        handler)."""
         self._append(
-            [
+            sync=False,
+            records=[
                 {
                     "kind": "ended",
                     "run": run_id,
@@ -195,7 +205,7 @@ class Journal:
                         for a in changes.appends
                     ],
                 }
-            ]
+            ],
         )
 
     def keep_claim(
