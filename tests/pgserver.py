@@ -99,8 +99,8 @@ SELECT line FROM (
     FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
    WHERE {_USER_SCHEMA.format(ns="n")}
   UNION ALL
-  SELECT 'type ' || t.oid::regtype::text || ' ' || t.typtype::text || ' ' || pg_get_userbyid(t.typowner)
-         || ' ' || coalesce(t.typacl::text, '')
+  SELECT 'type ' || t.oid::regtype::text || ' ' || t.typtype::text
+         || ' ' || pg_get_userbyid(t.typowner) || ' ' || coalesce(t.typacl::text, '')
     FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
    WHERE {_USER_SCHEMA.format(ns="n")}
   UNION ALL
