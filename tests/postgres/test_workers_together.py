@@ -138,9 +138,10 @@ def test_sigkill_of_one_of_three_workers_recovers_only_its_running_tasks(
     assert ready, "the victim logged its run id"
     victim_run = ready[1]
 
-    def held_now() -> dict[str, str]:
+    def held_now() -> tuple[dict[str, str], int]:
+        """The tasks the victim runs now (id: type), and how many wait."""
         with psycopg.connect(pg_url) as conn:
-            return {
+            running = {
                 task: task_type
                 for task, task_type in conn.execute(
                     "SELECT task_id, type FROM sheetq_tasks WHERE lease_owner = %s"
@@ -148,15 +149,26 @@ def test_sigkill_of_one_of_three_workers_recovers_only_its_running_tasks(
                     (victim_run,),
                 )
             }
+            (waiting,) = conn.execute(
+                "SELECT count(*) FROM sheetq_tasks WHERE status = 'pending'"
+            ).fetchone() or (0,)
+        return running, waiting
 
     _wait_for(lambda: sum(1 for _, pid in _starts(starts) if pid == victim.pid) >= 20)
-    deadline = time.monotonic() + 5  # best effort: kill it while it runs one of each type
-    while len(set(held_now().values())) < 2 and time.monotonic() < deadline:
+    # best effort: kill it while it runs one of each type; at the latest while it runs
+    # something with a third of the queue still waiting (a fast server drains it in seconds)
+    deadline = time.monotonic() + 5
+    while True:
+        running, waiting = held_now()
+        if len(set(running.values())) >= 2:
+            break
+        if running and (waiting < 200 or time.monotonic() > deadline):
+            break
+        assert waiting, "the queue ran empty before the victim was seen running a task"
+        assert time.monotonic() < deadline + 55, "the victim never ran a task"
         time.sleep(0.005)
     victim.kill()
     victim.communicate(timeout=30)
-    held = held_now()
-    assert held, "the victim was running tasks when killed"
     # a worker claims a task only for a free handler slot and hands it over at once; a kill
     # between the claim's commit and the handler's first line leaves a held task unstarted
     victim_started = {t for t, pid in _starts(starts) if pid == victim.pid}
@@ -166,6 +178,19 @@ def test_sigkill_of_one_of_three_workers_recovers_only_its_running_tasks(
         return s["done"] + s["failed"] == len(ids)
 
     _wait_for(settled, seconds=120)
+    # what the victim held when killed, from the log once all is settled: its last row for
+    # the task is its claim (read right after the kill, a claim whose commit the server was
+    # still finishing for the dead victim could be missed)
+    with psycopg.connect(pg_url) as conn:
+        held = dict(
+            conn.execute(
+                "SELECT t.task_id, t.type FROM (SELECT DISTINCT ON (task_id) task_id, event"
+                " FROM sheetq_log WHERE run_id = %s ORDER BY task_id, id DESC) AS last"
+                " JOIN sheetq_tasks t USING (task_id) WHERE last.event = 'claimed'",
+                (victim_run,),
+            ).fetchall()
+        )
+    assert held, "the victim was running tasks when killed"
     for proc in workers[1:]:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=60)
