@@ -817,10 +817,23 @@ class _Reply(Exception):
         self.parameters = parameters
 
 
+#: how long ``FakeBotAPI.stop()`` waits, at most, for its threads to end (seconds)
+STOP_JOIN_SECONDS = 5.0
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 256  # the default backlog of 5 drops bursts of parallel connections
     fake: FakeBotAPI
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """ThreadingMixIn's, keeping every handler thread for ``stop()`` to join (it tracks
+        none when ``daemon_threads`` is set)."""
+        thread = threading.Thread(
+            target=self.process_request_thread, args=(request, client_address), daemon=True
+        )
+        self.fake._track(thread)
+        thread.start()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         exc = sys.exc_info()[1]
@@ -895,6 +908,7 @@ class FakeBotAPI:
         self._down = False
         self._stopping = threading.Event()
         self._conns: dict[socket.socket, threading.Thread] = {}
+        self._threads: list[threading.Thread] = []  # every handler thread not yet joined
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -928,11 +942,14 @@ class FakeBotAPI:
         for sock, _ in conns:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
-        for _, thread in conns:
-            if thread is not threading.current_thread():
-                thread.join(timeout=2)
+        with self._lock:
+            threads, self._threads = self._threads, []
         if self._thread is not None:
-            self._thread.join(timeout=2)
+            threads.append(self._thread)
+        deadline = time.monotonic() + STOP_JOIN_SECONDS  # ample on a loaded machine
+        for thread in threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
     def __enter__(self) -> FakeBotAPI:
         return self.start()
@@ -1091,9 +1108,16 @@ class FakeBotAPI:
         with self._lock:
             self.refused_connections += 1
 
+    def _track(self, thread: threading.Thread) -> None:
+        with self._lock:
+            self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+
     def _register(self, sock: socket.socket) -> None:
         with self._lock:
             self._conns[sock] = threading.current_thread()
+            if self._stopping.is_set():  # accepted as stop() ran: end it as stop() does
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
 
     def _unregister(self, sock: socket.socket) -> None:
         with self._lock:
