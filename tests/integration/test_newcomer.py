@@ -52,6 +52,7 @@ def test_status_table_total_counts_unrecognised_rows(book: Book, tmp_path: Path)
         assert cells[-1] == "3" and cells[-2] == "1", cells
 
 
+@pytest.mark.slow  # a 2.5 s handler against a 2 s --max-runtime: real time is the point
 def test_sheetq_now_fixes_the_time_but_not_the_stopwatch(
     book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -5,8 +5,10 @@ and equal to a fresh one, or not handed on at all."""
 from __future__ import annotations
 
 import re
+import shutil
 import stat
 import subprocess
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ import psycopg
 import pytest
 
 from tests.conftest import run_cli
+from tests.pgserver import HOME_PREFIX, _sweep_orphans
 
 pytestmark = pytest.mark.postgres
 
@@ -173,3 +176,22 @@ def test_a_database_a_test_left_something_in_is_dropped_not_handed_on(
         exists = admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
         assert exists.fetchone() is None, f"{leftover}: {name} was kept"
     assert pg_server.new_database() != url
+
+
+def test_a_dead_runs_server_folder_is_swept_and_a_live_ones_kept(pg_server: Any) -> None:
+    """The folder of a test process that died without stopping its server (kill -9) goes
+    when the next server starts; a live run's stays."""
+    _own_server(pg_server)
+    ended = subprocess.Popen(["true"])
+    ended.wait()  # its pid runs no more
+    folders = {}
+    for name, pid in (("dead", ended.pid), ("live", 1)):
+        folders[name] = Path(tempfile.mkdtemp(prefix=HOME_PREFIX))
+        (folders[name] / "owner").write_text(str(pid), encoding="utf-8")
+    try:
+        _sweep_orphans(pg_server._commands)
+        assert not folders["dead"].exists()
+        assert folders["live"].exists() and Path(pg_server.home).exists()
+    finally:
+        for folder in folders.values():
+            shutil.rmtree(folder, ignore_errors=True)
