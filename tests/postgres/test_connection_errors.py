@@ -141,6 +141,7 @@ def cases(pg_url: str, pg_server: Any, silent_port: int, refused_port: int) -> d
     return out
 
 
+@pytest.mark.slow  # ~80 commands, three of them waiting out a 2 s connect timeout
 def test_every_failure_of_every_command_is_one_line_and_the_documented_code(
     cases: dict[str, Case], monkeypatch: pytest.MonkeyPatch
 ) -> None:
