@@ -139,6 +139,14 @@ SELECT c.oid::regclass::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.re
    AND c.oid <> coalesce(to_regclass('public.sheetq_migrations'), 0)
  ORDER BY 1
 """
+_ALL_TABLES = f"""
+SELECT c.oid::regclass::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE c.relkind IN ('r', 'p') AND {_USER_SCHEMA.format(ns="n")} ORDER BY 1
+"""
+_FUNCTIONS = f"""
+SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+ WHERE {_USER_SCHEMA.format(ns="n")} ORDER BY 1
+"""
 _SEQUENCES = f"""
 SELECT c.oid::regclass::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE c.relkind = 'S' AND {_USER_SCHEMA.format(ns="n")} ORDER BY 1
@@ -276,13 +284,55 @@ class PgServer:
     def new_database(self, *, migrated: bool = True) -> str:
         """The URL of a database of the running test's own, with sheetq's schema
         (``migrated``) or without any table; empty either way."""
-        spare = self._spare[migrated]
-        if not spare:
+        if self._spare[migrated]:
+            name = self._spare[migrated].pop()
+        elif self._spare[not migrated]:  # the other kind, made this one in place
+            name = self._spare[not migrated].pop()
+            if not self._convert(name, migrated=migrated):
+                self._drop(name)
+                return self._clone(migrated=migrated)
+        else:
             return self._clone(migrated=migrated)
-        name = spare.pop()
         self.reused += 1
         self._lent.append(name)
         return self.url(name)
+
+    def _convert(self, name: str, *, migrated: bool) -> bool:
+        """Give empty database ``name`` sheetq's schema (``migrated``), or take it away:
+        cheaper than a new database (tests that run `init` turn empty databases into
+        migrated ones), and the server's disk stays as small as the most one test holds.
+        Returns whether ``name`` is now exactly like the template asked for."""
+        from sheetq.postgres import schema
+
+        try:
+            with psycopg.connect(self.url(name), autocommit=True) as conn:
+                if migrated:
+                    schema.upgrade(conn)
+                    self._migrations_as_template(conn)
+                else:
+                    with conn.transaction():
+                        tables = [t for (t,) in conn.execute(_ALL_TABLES).fetchall()]
+                        if tables:
+                            conn.execute(f"DROP TABLE {', '.join(tables)} CASCADE")
+                        for (function,) in conn.execute(_FUNCTIONS).fetchall():
+                            conn.execute(f"DROP FUNCTION {function} CASCADE")
+                return self._kinds.get(catalog_digest(conn)) is migrated
+        except psycopg.Error:
+            return False
+
+    def _migrations_as_template(self, conn: psycopg.Connection[Any]) -> None:
+        with conn.transaction():
+            conn.execute("DELETE FROM sheetq_migrations")
+            with conn.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO sheetq_migrations (version, name, applied_at) VALUES (%s, %s, %s)",
+                    self._migrations,
+                )
+
+    def _drop(self, name: str) -> None:
+        self.dropped += 1
+        with self._admin() as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
     def _clone(self, *, migrated: bool = True) -> str:
         """The URL of a new database cloned from the template (``migrated``) or the empty
@@ -302,9 +352,7 @@ class PgServer:
         for name in lent:
             migrated = self.empty(name)
             if migrated is None:
-                self.dropped += 1
-                with self._admin() as admin:
-                    admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                self._drop(name)
             else:
                 self._spare[migrated].append(name)
 
@@ -331,14 +379,8 @@ class PgServer:
                         conn.execute(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE")
                     for (sequence,) in conn.execute(_SEQUENCES).fetchall():
                         conn.execute(f"ALTER SEQUENCE {sequence} RESTART")
-                    if migrated:
-                        conn.execute("DELETE FROM sheetq_migrations")
-                        with conn.cursor() as cur:
-                            cur.executemany(
-                                "INSERT INTO sheetq_migrations (version, name, applied_at)"
-                                " VALUES (%s, %s, %s)",
-                                self._migrations,
-                            )
+                if migrated:
+                    self._migrations_as_template(conn)
                 return migrated
         except psycopg.Error:
             return None

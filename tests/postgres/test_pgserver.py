@@ -9,7 +9,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -96,31 +96,50 @@ def _fill_every_table(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(tables) >= 8 and not empty, empty  # every table holds rows
 
 
-def test_a_database_handed_back_is_empty_and_equal_to_a_fresh_one(
-    pg_server: Any, monkeypatch: pytest.MonkeyPatch
+@pytest.fixture
+def pools(pg_server: Any) -> Iterator[None]:
+    """The server's databases kept for later tests out of this test's reach (and back after
+    it), so that the databases it gives back are the only ones it can be handed."""
+    kept = pg_server._spare
+    pg_server._spare = {True: [], False: []}
+    try:
+        yield
+    finally:
+        for kind, names in pg_server._spare.items():
+            kept[kind] += names
+        pg_server._spare = kept
+
+
+@pytest.mark.usefixtures("pools")
+@pytest.mark.parametrize("asked", ["migrated", "empty"])
+def test_a_used_database_handed_back_is_empty_and_equal_to_a_fresh_one(
+    pg_server: Any, monkeypatch: pytest.MonkeyPatch, asked: str
 ) -> None:
-    """A test's database after `init` and use is handed to the next test that asks for a
-    migrated database; it dumps exactly as a fresh clone of the template (no row, sequences
-    at their start, no database setting, the template's migration records)."""
+    """A test's database after `init` and use is handed to the next test, which asks for a
+    migrated database (or one without the schema); it dumps exactly as a fresh clone of
+    that template (no row, sequences at their start, no database setting, the template's
+    migration records)."""
     used = pg_server.new_database(migrated=False)
     _fill_every_table(used, monkeypatch)
     pg_server.take_back()
-    again = pg_server.new_database()
+    again = pg_server.new_database(migrated=asked == "migrated")
     assert again == used  # handed on, not dropped
-    fresh = pg_server._clone()
+    fresh = pg_server._clone(migrated=asked == "migrated")
     assert _dump(again, _name(again)) == _dump(fresh, _name(fresh))
-    with psycopg.connect(again) as conn:
-        assert conn.execute("SELECT count(*) FROM sheetq_tasks").fetchone() == (0,)
 
 
-def test_an_empty_database_handed_back_equals_a_fresh_empty_one(pg_server: Any) -> None:
+@pytest.mark.usefixtures("pools")
+@pytest.mark.parametrize("asked", ["migrated", "empty"])
+def test_an_empty_database_handed_back_equals_a_fresh_one(pg_server: Any, asked: str) -> None:
+    """A database without the schema, given a database setting, handed back: the next
+    test's (empty, or migrated) dumps as a fresh one."""
     used = pg_server.new_database(migrated=False)
     with psycopg.connect(used, autocommit=True) as conn:
         conn.execute(f'ALTER DATABASE "{_name(used)}" SET work_mem = "8MB"')
     pg_server.take_back()
-    again = pg_server.new_database(migrated=False)
+    again = pg_server.new_database(migrated=asked == "migrated")
     assert again == used
-    fresh = pg_server._clone(migrated=False)
+    fresh = pg_server._clone(migrated=asked == "migrated")
     assert _dump(again, _name(again)) == _dump(fresh, _name(fresh))
 
 
