@@ -305,7 +305,7 @@ def pg_server(request: pytest.FixtureRequest) -> Iterator[Any]:
 
 @pytest.fixture
 def pg_url(pg_server: Any, monkeypatch: pytest.MonkeyPatch) -> str:
-    """A fresh database with sheetq's schema; SHEETQ_DATABASE_URL points at it."""
+    """An empty database with sheetq's schema, this test's own; SHEETQ_DATABASE_URL points at it."""
     url = str(pg_server.new_database())
     monkeypatch.setenv("SHEETQ_DATABASE_URL", url)
     return url
