@@ -78,7 +78,19 @@ def _require_password(admin: psycopg.Connection[Any], name: str) -> None:
         with open(path, "w", encoding="utf-8") as f:
             f.write(rules + text)
     admin.execute("SELECT pg_reload_conf()")
-    time.sleep(0.2)  # the postmaster reloads asynchronously
+    # The postmaster reloads asynchronously (slowly on a loaded machine): wait until the
+    # role is asked for a password.
+    params = {k: v for k, v in admin.info.get_parameters().items() if k != "password"}
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            psycopg.connect(**(params | {"user": name, "password": ""})).close()
+        except psycopg.OperationalError as exc:
+            if "password" in str(exc):
+                return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the server never asked {name} for a password")
+        time.sleep(0.05)
 
 
 def _counts(pg_url: str) -> tuple[int, ...]:
