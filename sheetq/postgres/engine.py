@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import sys
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -23,6 +22,8 @@ from sheetq.port import (
     StatusReport,
     Worker,
 )
+from sheetq.postgres import manage, reports
+from sheetq.postgres.session import Session
 from sheetq.summary import stopped
 
 if TYPE_CHECKING:
@@ -47,6 +48,7 @@ class PgQueue:
         self._time_limit = time_limit
         self._time_limit_name = time_limit_name
         self._store: PgStore | None = None
+        self._session: Session | None = None
 
     @property
     def where(self) -> str:
@@ -64,10 +66,20 @@ class PgQueue:
             )
         return self._store
 
+    @property
+    def session(self) -> Session:
+        """The connection of the commands that manage and read the queue."""
+        if self._session is None:
+            self._session = Session(self.settings)
+        return self._session
+
     def close(self) -> None:
         if self._store is not None:
             self._store.close()
             self._store = None
+        if self._session is not None:
+            self._session.close()
+            self._session = None
 
     def init(self, *, fmt: bool, dashboard: bool, clock: Clock, say: Say) -> None:
         if dashboard:
@@ -159,64 +171,22 @@ class PgQueue:
         dry_run: bool,
         clock: Clock,
     ) -> ChangeReport:
-        from sheetq.sheet.operations import plan_requeue
-
-        def plan(rows: Any, settings: Settings, now: datetime) -> Any:
-            return plan_requeue(
-                rows,
-                settings=settings,
-                now=now,
-                task_ids=task_ids,
-                statuses=list(statuses),
-                types=types,
-                error_classes=error_classes,
-                reset_attempts=reset_attempts,
-                run_id=new_run_id("requeue"),
-            )
-
-        return self._change(plan, task_ids, dry_run, clock)
+        return manage.requeue(
+            self.session,
+            now=clock.now(),
+            task_ids=task_ids,
+            statuses=statuses,
+            types=types,
+            error_classes=error_classes,
+            reset_attempts=reset_attempts,
+            dry_run=dry_run,
+        )
 
     def skip(
         self, *, task_ids: Sequence[str], reason: str, dry_run: bool, clock: Clock
     ) -> ChangeReport:
-        from sheetq.sheet.operations import plan_skip
-
-        def plan(rows: Any, settings: Settings, now: datetime) -> Any:
-            return plan_skip(
-                rows,
-                settings=settings,
-                now=now,
-                task_ids=task_ids,
-                reason=reason,
-                run_id=new_run_id("skip"),
-            )
-
-        return self._change(plan, task_ids, dry_run, clock)
-
-    def _change(
-        self, plan: Any, task_ids: Sequence[str], dry_run: bool, clock: Clock
-    ) -> ChangeReport:
-        from sheetq.sheet.engine import task_state
-        from sheetq.sheet.plan import SCAN_COLUMNS, parse_rows
-        from sheetq.sheet.store import Read
-        from sheetq.times import zone
-
-        store = self.store
-        info = store.open()
-        (snap,) = store.read([Read(self.settings.queue_sheet, SCAN_COLUMNS)])
-        rows = parse_rows(snap.rows, zone(info.time_zone), info.locale)
-        picked, changes = plan(rows, self.settings, clock.now())
-        unknown = sorted(set(task_ids) - {r.task_id for r in rows})
-        refused = sorted(set(task_ids) - set(unknown) - {r.task_id for r in picked})
-        if not dry_run and changes:
-            result = store.apply_as_read(changes, (snap,))
-            gone = set(result.missing)
-            picked = [r for r in picked if r.task_id not in gone]
-        return ChangeReport(
-            [task_state(r) for r in picked],
-            unknown,
-            refused,
-            {r.task_id: task_state(r) for r in rows},
+        return manage.skip(
+            self.session, now=clock.now(), task_ids=task_ids, reason=reason, dry_run=dry_run
         )
 
     def archive(
@@ -229,36 +199,21 @@ class PgQueue:
         dry_run: bool,
         lock_wait: float,
     ) -> ArchiveOutcome:
-        from sheetq.sheet.archive import run_archive
-        from sheetq.sheet.log_archive import run_log_archive
-        from sheetq.sheet.runner import lease_name
-
-        store = self.store
-        info = store.open()
-        logs: list[LogArchiveReport] = []
+        """Tasks and log rows, each in one transaction; no run lease to wait for (§11)."""
         report = ArchiveReport(dry_run, now)
         if older_than is not None:
-            report = run_archive(
-                store,
-                info,
-                self.settings,
+            report = manage.archive(
+                self.session,
                 now=now,
                 older_than=older_than,
                 include_failed=include_failed,
                 dry_run=dry_run,
-                run_id=new_run_id("archive"),
-                lease_name=lease_name(self.settings.queue_sheet),
-                max_bytes=sys.maxsize,
             )
-        if log_older_than is not None and not report.locked:
+        logs: list[LogArchiveReport] = []
+        if log_older_than is not None:
             logs.append(
-                run_log_archive(
-                    store,
-                    info,
-                    self.settings,
-                    now=now,
-                    older_than=log_older_than,
-                    dry_run=dry_run,
+                manage.archive_log(
+                    self.session, now=now, older_than=log_older_than, dry_run=dry_run
                 )
             )
         return ArchiveOutcome(report, logs)
@@ -290,13 +245,10 @@ class PgQueue:
         return outcome
 
     def status(self, *, clock: Clock) -> StatusReport:
-        from sheetq.postgres.reports import status_tally
         from sheetq.sheet.held import held_by_gone_runs
 
-        store = self.store
-        info = store.open()
         now = clock.now()
-        tally, processing = status_tally(store, self.settings, now)
+        tally, processing = reports.status_tally(self.session, self.settings, now)
         gone = (
             held_by_gone_runs(
                 processing, lease_expires=None, now=now, settings=self.settings, run_lease=False
@@ -304,25 +256,16 @@ class PgQueue:
             if processing
             else []
         )
-        return StatusReport(info.title, "UTC", tally, gone, now)
+        return StatusReport(self.session.where, "UTC", tally, gone, now)
 
     def stats(self, *, since: datetime, now: datetime, types: Sequence[str]) -> Stats:
-        from sheetq.postgres.reports import window_stats
-
-        self.store.open()
-        return window_stats(self.store, since=since, now=now, types=types)
+        return reports.window_stats(self.session, since=since, now=now, types=types)
 
     def list_rows(self, *, statuses: set[Status], types: Sequence[str], limit: int) -> list[Row]:
-        from sheetq.postgres.reports import list_rows as select_rows
-
-        self.store.open()
-        return select_rows(self.store, sorted(str(s) for s in statuses), types, limit)
+        return reports.list_rows(self.session, sorted(str(s) for s in statuses), types, limit)
 
     def show(self, task_id: str) -> ShowReport:
-        from sheetq.postgres.reports import show_rows
-
-        self.store.open()
-        return ShowReport(*show_rows(self.store, task_id))
+        return ShowReport(*reports.show_rows(self.session, task_id))
 
     def export(self, *, clock: Clock) -> Source:
         raise UsageError("sheetq migrate copies from a spreadsheet: set SHEETQ_SPREADSHEET")

@@ -24,12 +24,11 @@ from typing import Any
 import psycopg
 
 from sheetq.config import Settings
-from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS, WAITING, Status
+from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS, WAITING, Row, Status
 from sheetq.port import QueueTally
 from sheetq.postgres.codec import values_from_record
-from sheetq.postgres.store import LOG_ID, PgStore
+from sheetq.postgres.session import Session
 from sheetq.sheet.plan import STATUS_COLUMNS, QueueRow, parse_rows
-from sheetq.sheet.store import Row, Store
 from sheetq.stats import Sample, Stats
 
 # Python's str.strip() removes exactly these characters (``str.isspace``); btrim(x, WS)
@@ -57,25 +56,18 @@ def _second(moment: datetime) -> datetime:
     return moment.astimezone(UTC).replace(microsecond=0)
 
 
-def _pg(store: Store) -> PgStore:
-    if not isinstance(store, PgStore):
-        raise TypeError(f"SQL reports need a PgStore, not {type(store).__name__}")
-    return store
-
-
 # --- status ------------------------------------------------------------------------------
 
 
 def status_tally(
-    store: Store, settings: Settings, now: datetime
+    session: Session, settings: Settings, now: datetime
 ) -> tuple[QueueTally, list[QueueRow]]:
     """``sheetq status``'s counts by ``GROUP BY type, status`` (one statement), plus the
     ``processing`` rows only (for ``sheetq.sheet.held``). The schema's CHECK admits only §3
     statuses and typed times, so nothing is unrecognised or unparseable here."""
-    store = _pg(store)
     due_before = now.replace(microsecond=0) + timedelta(seconds=1)  # trunc(t) <= now
     tally = QueueTally()
-    with store.transaction() as conn:
+    with session.transaction() as conn:
         _utc(conn)
         groups = conn.execute(
             "SELECT type, status, count(*) AS n,"
@@ -86,14 +78,14 @@ def status_tally(
             " count(*) FILTER (WHERE status = 'failed' AND alerted_at IS NULL) AS owed"
             " FROM sheetq_tasks WHERE queue = %(q)s AND btrim(task_id, %(ws)s) <> ''"
             " GROUP BY type, status",
-            {"q": store.queue, "due": due_before, "ws": WS},
+            {"q": session.queue, "due": due_before, "ws": WS},
         ).fetchall()
         processing: list[dict[str, Any]] = []
         if any(g["status"] == "processing" for g in groups):
             processing = conn.execute(
                 f"SELECT {_cols(STATUS_COLUMNS)} FROM sheetq_tasks"
                 " WHERE queue = %s AND status = 'processing' ORDER BY created_at, task_id",
-                (store.queue,),
+                (session.queue,),
             ).fetchall()
     oldest: datetime | None = None
     for g in groups:
@@ -117,12 +109,13 @@ def status_tally(
 # --- list and show -----------------------------------------------------------------------
 
 
-def list_rows(store: Store, statuses: Sequence[str], types: Sequence[str], limit: int) -> list[Row]:
+def list_rows(
+    session: Session, statuses: Sequence[str], types: Sequence[str], limit: int
+) -> list[Row]:
     """``sheetq list``: Queue rows with one of ``statuses`` (all when empty) and one of
     ``types`` (all when empty), oldest first, at most ``limit`` (0: all)."""
-    store = _pg(store)
     where = ["queue = %s", "task_id <> ''"]
-    params: list[Any] = [store.queue]
+    params: list[Any] = [session.queue]
     if statuses:
         where.append("status = ANY(%s)")
         params.append(list(statuses))
@@ -136,21 +129,20 @@ def list_rows(store: Store, statuses: Sequence[str], types: Sequence[str], limit
     if limit:
         query += " LIMIT %s"
         params.append(limit)
-    with store.transaction() as conn:
+    with session.transaction() as conn:
         records = conn.execute(query.encode(), params).fetchall()
     return [Row(i, values_from_record(r, QUEUE_COLUMNS)) for i, r in enumerate(records, 2)]
 
 
-def show_rows(store: Store, task_id: str) -> tuple[list[tuple[str, Row]], list[Row], int]:
+def show_rows(session: Session, task_id: str) -> tuple[list[tuple[str, Row]], list[Row], int]:
     """``sheetq show``: the task's row in Queue, then in QueueArchive (worksheet, row), and
     its history in log order: the rows ``archive --log-older-than`` moved to
     ``sheetq_log_archive`` (the older ones), then those still in ``sheetq_log``; lookups by
     primary key and ``(queue, task_id, id)``. Also returns how many history rows came from
     ``sheetq_log_archive``."""
-    store = _pg(store)
-    settings = store.settings
+    settings = session.settings
     found: list[tuple[str, Row]] = []
-    with store.transaction() as conn:
+    with session.transaction() as conn:
         for sheet, table in (
             (settings.queue_sheet, "sheetq_tasks"),
             (settings.archive_sheet, "sheetq_archive"),
@@ -158,14 +150,14 @@ def show_rows(store: Store, task_id: str) -> tuple[list[tuple[str, Row]], list[R
             for record in conn.execute(
                 f"SELECT {_cols(QUEUE_COLUMNS)} FROM {table}"  # fixed table names
                 " WHERE queue = %s AND task_id = %s",
-                (store.queue, task_id),
+                (session.queue, task_id),
             ):
                 found.append((sheet, Row(2, values_from_record(record, QUEUE_COLUMNS))))
         archived, live = (
             conn.execute(
                 f"SELECT id, {_cols(LOG_COLUMNS)} FROM {table}"  # fixed table names
                 " WHERE queue = %s AND task_id = %s ORDER BY id",
-                (store.queue, task_id),
+                (session.queue, task_id),
             ).fetchall()
             for table in ("sheetq_log_archive", "sheetq_log")
         )
@@ -173,7 +165,6 @@ def show_rows(store: Store, task_id: str) -> tuple[list[tuple[str, Row]], list[R
     history = []
     for number, record in enumerate(log, 2):
         values = values_from_record(record, LOG_COLUMNS)
-        values[LOG_ID] = int(record["id"])
         history.append(Row(number, values))
     return found, history, len(archived)
 
@@ -197,23 +188,22 @@ def _outcome(event: str, status: str) -> str | None:
 
 
 def window_stats(
-    store: Store, *, since: datetime, now: datetime, types: Collection[str] = ()
+    session: Session, *, since: datetime, now: datetime, types: Collection[str] = ()
 ) -> Stats:
     """``sheetq stats`` over the log window ``since``.. (``sheetq.stats`` for the rules):
     counts from one ``GROUP BY`` over the window's rows (index on ``(queue, ts)``); the
     times to done and handler durations as ``percentile_disc`` (nearest rank, as
     ``sheetq.stats.percentile``); the failures' error classes by a join to the task's row."""
-    store = _pg(store)
     stats = Stats(since=since, now=now)
     start = _second(since)
     wanted = set(types)
-    with store.transaction() as conn:
+    with session.transaction() as conn:
         _utc(conn)
         groups = conn.execute(
             "SELECT type, event, status, date_trunc('hour', ts) AS hour,"
             " count(*) AS n, min(id) AS first"
             " FROM sheetq_log WHERE queue = %s AND ts >= %s GROUP BY 1, 2, 3, 4",
-            (store.queue, start),
+            (session.queue, start),
         ).fetchall()
         events: Counter[str] = Counter()
         done_pairs: set[tuple[str, str]] = set()
@@ -253,7 +243,7 @@ def window_stats(
         ):  # fmt: skip
             setattr(stats, name, events[name])
         params = {
-            "q": store.queue,
+            "q": session.queue,
             "since": start,
             "ws": WS,
             "all": not wanted,
@@ -267,7 +257,7 @@ def window_stats(
         waiting = conn.execute(
             "SELECT type, min(created_at) AS first FROM sheetq_tasks"
             " WHERE queue = %s AND status IN ('pending', 'retry') GROUP BY type",
-            (store.queue,),
+            (session.queue,),
         ).fetchall()
     firsts_waiting = [
         _second(w["first"]) for w in waiting if not wanted or str(w["type"]).strip() in wanted

@@ -286,14 +286,21 @@ def test_failed_write_changes_nothing(
         finally:
             book.emulator.clear_faults()
     elif on_postgres(book):
-        from sheetq.errors import StoreError
-        from sheetq.postgres.store import PgStore
+        import psycopg
 
-        def crash_pg(self: PgStore, *args: Any) -> None:  # after the moves, in the transaction
-            raise StoreError("simulated crash in the middle of the write")
-
-        monkeypatch.setattr(PgStore, "_append", crash_pg)
+        # the server refuses the `archived` log rows: the statement has moved the tasks by then
+        with psycopg.connect(book.url, autocommit=True) as conn:
+            conn.execute(
+                "CREATE FUNCTION crash() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+                " IF NEW.event = 'archived' THEN RAISE EXCEPTION 'simulated crash'; END IF;"
+                " RETURN NEW; END $$"
+            )
+            conn.execute(
+                "CREATE TRIGGER crash BEFORE INSERT ON sheetq_log"
+                " FOR EACH ROW EXECUTE FUNCTION crash()"
+            )
         r = run_cli(["archive", "--older-than", "30d"])
+        assert "simulated crash" in r.stderr
     else:
         from sheetq.errors import StoreError
         from sheetq.sheet.sqlite import SqliteStore

@@ -1,0 +1,92 @@
+"""One connection to a queue's tables, for the commands that manage and read a queue
+(``requeue``, ``skip``, ``archive``, ``alert``, ``status``, ``list``, ``show``, ``stats``).
+
+``Session`` opens the connection on first use, checks the schema once, and runs each
+change as one transaction (``transaction``), turning what the server says into one line
+(``sheetq.postgres.connection.explain``). It holds no transaction between two calls: a
+command's work that waits on anything outside the database (Telegram) happens between
+transactions (docs/design.md §11 "No transaction stays open across a call outside the
+database").
+
+Time (docs/design.md §11 "Time is the database's"): statements stamp and compare with the
+server's clock. ``pretend`` turns a command's reading of its clock into the parameter the
+statements take: ``None`` for a real reading (the statement then uses the server's
+``statement_timestamp()``), or the pretended moment itself under ``SHEETQ_NOW``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from sheetq.config import Settings
+from sheetq.errors import SchemaError
+from sheetq.postgres import schema
+from sheetq.postgres.connection import connect, describe, explain
+
+REAL_READING = 5.0  # seconds: a clock reading this close to the host's clock is the real time
+
+
+def pretend(now: datetime) -> datetime | None:
+    """``None`` when ``now`` is the host's clock read moments ago (the statements then use
+    the server's clock), else ``now``: a pretended time (``SHEETQ_NOW``) the statements use
+    instead, to the second as every stamp sheetq writes."""
+    if abs((now - datetime.now(UTC)).total_seconds()) < REAL_READING:
+        return None
+    return now.astimezone(UTC).replace(microsecond=0)
+
+
+class Session:
+    """A connection to ``settings.database_url`` for queue ``settings.queue_sheet``.
+
+    ``requests`` counts transactions. Raises ``StoreUnavailable`` (exit 1) when the server
+    cannot be reached, ``SchemaError`` (exit 2) when its schema is not this sheetq's."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.url = settings.database_url
+        self.queue = settings.queue_sheet
+        self.requests = 0
+        self._conn: psycopg.Connection[Any] | None = None
+        self._checked = False
+
+    @property
+    def where(self) -> str:
+        """``PostgreSQL user@host:port/dbname`` (never the password), a queue's title."""
+        return f"PostgreSQL {describe(self.url)}"
+
+    @property
+    def conn(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed:
+            self._conn = connect(self.url)
+            self._conn.row_factory = dict_row
+        return self._conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[psycopg.Connection[Any]]:
+        """One transaction, the schema checked first on this session's first one; a
+        database error rolls it back and becomes ``StoreError`` (exit 1)."""
+        conn = self.conn
+        self.requests += 1
+        try:
+            with conn.transaction():
+                if not self._checked:
+                    schema.check(conn)
+                    self._checked = True
+                yield conn
+        except psycopg.errors.UndefinedTable:
+            raise SchemaError(
+                "the PostgreSQL database has no sheetq schema: run `sheetq init`"
+            ) from None
+        except psycopg.Error as exc:
+            raise explain(exc, self.url) from None
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
