@@ -11,6 +11,8 @@ on the same generated cases and compares.
 * ``expiry`` — a task due for longer than its type's ``max_age`` fails without running;
 * ``recover`` — a lost outcome (an expired lease) under the type's ``on_unknown``;
 * ``will_do`` — what recovery will do with a type's lost outcomes, in a person's words;
+* ``alert_order`` — the order of a digest's failures: auth failures first (a person must
+  fix credentials), then by task id;
 * ``log_values`` — one QueueLog row's cells; ``result_cut`` — whether a result is cut.
 """
 
@@ -18,12 +20,16 @@ from __future__ import annotations
 
 import random
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from sheetq.config import Settings, TypeConfig
 from sheetq.model import MAX_ERROR_CHARS, MAX_RESULT_CHARS, CellValue, ErrorClass, Event, Status
 from sheetq.redact import printable, shorten
 from sheetq.retry import Decision, Outcome, decide
 from sheetq.times import exact_duration, format_ts
+
+if TYPE_CHECKING:
+    from sheetq.port import AlertItem
 
 LOST = "lease expired while processing: the runner stopped before recording the outcome"
 
@@ -81,6 +87,11 @@ def will_do(settings: Settings, task_type: str) -> str:
     if config.on_unknown == "reconcile" and config.reconcile is None:
         return "fail"
     return config.on_unknown
+
+
+def alert_order(item: AlertItem) -> tuple[bool, str]:
+    """Sort key of an owed alert in its digest: auth failures first, then by task id."""
+    return (item.error_class != ErrorClass.AUTH, item.task_id)
 
 
 def log_values(

@@ -5,12 +5,14 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sheetq.errors import Interrupted, UsageError
 from sheetq.model import Row, Status, new_run_id
 from sheetq.port import (
+    AlertItem,
     AlertOutcome,
+    AlertReport,
     ArchiveOutcome,
     ArchiveReport,
     ChangeReport,
@@ -22,11 +24,12 @@ from sheetq.port import (
     StatusReport,
     Worker,
 )
-from sheetq.postgres import manage, reports
+from sheetq.postgres import alerts, manage, reports
 from sheetq.postgres.session import Session
 from sheetq.summary import stopped
 
 if TYPE_CHECKING:
+    from sheetq.alerts.telegram import Delivery
     from sheetq.checks import Check
     from sheetq.clock import Clock
     from sheetq.config import Settings
@@ -219,29 +222,25 @@ class PgQueue:
         return ArchiveOutcome(report, logs)
 
     def send_alerts(self, send: Send, *, clock: Clock) -> AlertOutcome:
-        from sheetq.postgres import queue as pgq
+        """One digest through the queue's alert claim, the same one every run and worker
+        takes (``sheetq.postgres.alerts``): nothing is sent while another run's holds."""
+        delivered: list[Delivery] = []
 
-        store = self.store
-        info = store.open()
-        result: dict[str, Any] = {}
-
-        def notifier(items: Any, title: str) -> Any:
+        def notify(items: list[AlertItem], title: str) -> AlertReport:
             report, delivery = send(items, title)
-            result["report"], result["delivery"], result["owed"] = report, delivery, len(items)
+            delivered.append(delivery)
             return report
 
-        pgq.send_owed_alerts(
-            store,
-            settings=self.settings,
-            info=info,
-            notifier=notifier,
-            now=clock.now,
-            run_id=new_run_id("alert"),
+        session = self.session
+        digest = alerts.send_owed(
+            session, notify, title=session.where, run_id=new_run_id("alert"), now=clock.now
         )
-        outcome = AlertOutcome(result.get("owed", 0), requests=store.requests_made)
-        outcome.report = result.get("report")
-        outcome.delivery = result.get("delivery")
+        outcome = AlertOutcome(digest.owed, requests=session.requests, locked=digest.locked)
+        outcome.report = digest.report
+        outcome.delivery = delivered[0] if delivered else None
         outcome.marked = outcome.delivery is not None and outcome.delivery.sent
+        outcome.marked = outcome.marked and not digest.mark_error
+        outcome.mark_error = digest.mark_error
         return outcome
 
     def status(self, *, clock: Clock) -> StatusReport:

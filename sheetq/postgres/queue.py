@@ -1,5 +1,6 @@
 """The hot path on PostgreSQL (docs/design.md §11 "Claims", "Settle per task"): claims with
-``FOR UPDATE SKIP LOCKED``, outcomes fenced by the lease, and the one-at-a-time alert digest.
+``FOR UPDATE SKIP LOCKED`` and outcomes fenced by the lease (the alert digest:
+``sheetq.postgres.alerts``).
 
 The SQL only chooses and locks rows; what happens to them is the shared pure policy of
 ``sheetq.sheet.plan``: ``claim`` turns the locked rows into ``QueueRow``s and runs
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -27,14 +28,12 @@ from sheetq.errors import StoreError
 from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS, Event
 from sheetq.postgres.codec import INT_COLUMNS, TIME_COLUMNS, to_db, values_from_record
 from sheetq.sheet.plan import BatchPlan, log_row, parse_rows, plan_batch
-from sheetq.sheet.store import AppendRow, ChangeSet, Row, UpdateRow, WorkbookInfo
+from sheetq.sheet.store import AppendRow, ChangeSet, Row, UpdateRow
 
 if TYPE_CHECKING:
-    from sheetq.port import AlertItem, AlertReport
     from sheetq.postgres.store import PgStore
 
 RECOVER_LIMIT = 100  # expired leases recovered per claim transaction (the rest: next claim)
-OWED_LIMIT = 10_000  # failed rows one alert digest covers at most (the rest: next digest)
 
 # The rows a claim looks at, locked in one statement: leases that ran out (recovery), and
 # the oldest due waiting tasks of runnable types.
@@ -591,67 +590,3 @@ def _ts(value: object) -> datetime:
 
 def _int_or_none(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def send_owed_alerts(
-    store: PgStore,
-    *,
-    settings: Settings,
-    info: WorkbookInfo,
-    notifier: Callable[[list[AlertItem], str], AlertReport],
-    now: Callable[[], datetime],
-    run_id: str,
-) -> tuple[int, int, list[str]]:
-    """Send the owed failure alerts as one digest and mark them, at most one digest at a time
-    per queue however many runs and workers share it (docs/design.md §11 "Alerts", §9).
-
-    One transaction holds the queue's alert lock (``pg_try_advisory_xact_lock``; busy: another
-    run is sending, return at once) and the owed rows (``failed``, ``alerted_at`` empty,
-    locked like claims) while the notifier sends; the rows it covered get ``alerted_at`` and
-    an ``alerted`` log row (``sheetq.port.mark_alerted``) in the same transaction.
-    Returns (alerts sent, alerts still owed, notes)."""
-    from sheetq.sheet.alerts import mark_alerted, owed
-
-    with store.transaction() as conn:
-        got = conn.execute(
-            "SELECT pg_try_advisory_xact_lock(hashtext(%s)) AS got",
-            (f"sheetq-alerts:{store.queue}",),
-        ).fetchone()
-        if not got or not got["got"]:
-            return 0, 0, []
-        records = conn.execute(
-            "SELECT * FROM sheetq_tasks WHERE queue = %s AND status = 'failed'"
-            " AND alerted_at IS NULL ORDER BY updated_at, task_id LIMIT %s"
-            " FOR UPDATE SKIP LOCKED",
-            (store.queue, OWED_LIMIT),
-        ).fetchall()
-        rows = parse_rows(_rows(records), UTC, "en_US")
-        items = owed(
-            rows, link=lambda row, task_id: store.link(info, settings.queue_sheet, row, task_id)
-        )
-        if not items:
-            return 0, 0, []
-        report = notifier(items, info.title)
-        covered = set(report.covered)
-        if covered:
-            store.apply_in(
-                conn,
-                mark_alerted(
-                    [i for i in items if i.task_id in covered],
-                    settings=settings,
-                    now=now(),
-                    run_id=run_id,
-                ),
-            )
-        return len(covered), len(items) - len(covered), list(report.notes)
-
-
-def owed_count(store: PgStore) -> int:
-    """Failed tasks whose alert is still owed (``alerted_at`` empty)."""
-    with store.transaction() as conn:
-        found = conn.execute(
-            "SELECT count(*) AS n FROM sheetq_tasks WHERE queue = %s AND status = 'failed'"
-            " AND alerted_at IS NULL",
-            (store.queue,),
-        ).fetchone()
-    return int(found["n"]) if found else 0

@@ -28,6 +28,7 @@ from sheetq.config import Settings
 from sheetq.errors import Interrupted
 from sheetq.execute import Executor
 from sheetq.model import new_run_id
+from sheetq.postgres import alerts as pg_alerts
 from sheetq.postgres import hotpath
 from sheetq.postgres import queue as pgq
 from sheetq.sheet.plan import BatchPlan, Claim, complete, release
@@ -269,23 +270,21 @@ class PgTasks:
     # --- alerts ------------------------------------------------------------------------
 
     def alerts(self, store: PgStore, info: WorkbookInfo) -> None:
-        """Send the owed failure alerts (one digest at a time per queue) and count them."""
+        """Send the owed failure alerts through the queue's alert claim (one digest at a
+        time per queue, no transaction open while Telegram answers) and count them."""
         if self.notifier is None:
             with self._lock:
-                self.summary.alerts_owed = pgq.owed_count(store)
+                self.summary.alerts_owed = pg_alerts.owed_count(store)
             return
-        sent, owed, notes = pgq.send_owed_alerts(
-            store,
-            settings=self.settings,
-            info=info,
-            notifier=self.notifier,
-            now=self.clock.now,
-            run_id=self.run_id,
+        digest = pg_alerts.send_owed(
+            store, self.notifier, title=info.title, run_id=self.run_id, now=self.clock.now
         )
+        report = digest.report
         with self._lock:
-            self.summary.alerts_sent += sent
-            self.summary.alerts_owed = owed
-            for note in notes:
+            self.summary.alerts_sent += digest.covered
+            left = digest.owed or 0
+            self.summary.alerts_owed = left if digest.mark_error else left - digest.covered
+            for note in [*(report.notes if report else []), *digest.notes]:
                 self._note_locked(note)
 
 

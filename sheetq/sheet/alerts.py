@@ -8,7 +8,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 
 from sheetq.config import Settings
-from sheetq.model import ErrorClass, Event, Status
+from sheetq.model import Event, Status
+from sheetq.policy import alert_order
 from sheetq.port import AlertItem
 from sheetq.sheet.plan import QueueRow, log_row
 from sheetq.sheet.store import ChangeSet, UpdateRow
@@ -54,7 +55,7 @@ def owed(
         items[task_id] = item
     for item in items.values():
         item.link = link(item.row, item.task_id)
-    return sorted(items.values(), key=lambda i: (i.error_class != ErrorClass.AUTH, i.task_id))
+    return sorted(items.values(), key=alert_order)
 
 
 def mark_alerted(
