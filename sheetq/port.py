@@ -231,11 +231,13 @@ class StatusReport:
 class ShowReport:
     """What ``sheetq show`` prints: the task's rows as (worksheet, row) (Queue first, then
     QueueArchive) and its history, oldest first: the first ``log_archived`` rows from
-    QueueLogArchive (moved there by ``archive --log-older-than``), the rest from QueueLog."""
+    QueueLogArchive (moved there by ``archive --log-older-than``), the rest from QueueLog;
+    ``held``: what holds the task when the run processing it is gone ("" otherwise)."""
 
     found: list[tuple[str, Row]]
     history: list[Row]
     log_archived: int = 0
+    held: str = ""
 
 
 # --- the changes ------------------------------------------------------------------------------

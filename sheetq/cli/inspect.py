@@ -236,7 +236,10 @@ def show(
         log = [_row_doc(r, positions) for r in history]
         for doc in log[: report.log_archived]:
             doc["worksheet"] = settings.log_archive_sheet
-        emit_json({"rows": rows, "log": log})
+        shown: dict[str, object] = {"rows": rows, "log": log}
+        if report.held:
+            shown["held"] = report.held
+        emit_json(shown)
         return
     for sheet, row in found:
         table(
@@ -246,6 +249,8 @@ def show(
             ["column", "value"],
             [[k, "" if v is None else v] for k, v in row.values.items() if not k.startswith("_")],
         )
+    if report.held:
+        warn(terminal_safe(f"{task_id}: {report.held}"))
     if not found:
         gone = (
             "only its history is left" if where.on_postgres else "a person may have deleted the row"

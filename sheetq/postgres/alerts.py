@@ -23,12 +23,9 @@ Three steps, the statements of ``queries/alerts.sql``:
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
-
-import psycopg
+from typing import Any
 
 from sheetq.alerts.telegram import Timeouts
 from sheetq.config import Settings
@@ -37,21 +34,11 @@ from sheetq.policy import alert_order
 from sheetq.port import AlertItem, AlertReport
 from sheetq.postgres.queries import QUERIES
 from sheetq.postgres.reports import WS
-from sheetq.postgres.session import pretend
+from sheetq.postgres.session import Transactions, pretend
 from sheetq.times import format_ts
 
 OWED_LIMIT = 10_000  # failed tasks one digest covers at most (the rest: the next digest)
 LEASE_MARGIN = 60.0  # seconds a claim outlives the longest send (a mirror's links, a slow mark)
-
-
-class Transactions(Protocol):
-    """What the digest needs of a connection to the queue's tables: the queue's name, its
-    settings, and one transaction at a time (database errors as ``StoreError``)."""
-
-    queue: str
-    settings: Settings
-
-    def transaction(self) -> AbstractContextManager[psycopg.Connection[Any]]: ...
 
 
 @dataclass

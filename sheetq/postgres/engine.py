@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from sheetq.errors import Interrupted, UsageError
@@ -24,7 +24,7 @@ from sheetq.port import (
     StatusReport,
     Worker,
 )
-from sheetq.postgres import alerts, manage, reports
+from sheetq.postgres import alerts, manage, presence, reports
 from sheetq.postgres.session import Session
 from sheetq.summary import stopped
 
@@ -244,18 +244,13 @@ class PgQueue:
         return outcome
 
     def status(self, *, clock: Clock) -> StatusReport:
-        from sheetq.sheet.held import held_by_gone_runs
-
-        now = clock.now()
-        tally, processing = reports.status_tally(self.session, self.settings, now)
+        session = self.session
+        now = session.moment(clock.now())
+        tally = reports.status_tally(session, self.settings, now)
         gone = (
-            held_by_gone_runs(
-                processing, lease_expires=None, now=now, settings=self.settings, run_lease=False
-            )
-            if processing
-            else []
+            presence.held_groups(session, self.settings, now) if tally.counts["processing"] else []
         )
-        return StatusReport(self.session.where, "UTC", tally, gone, now)
+        return StatusReport(session.where, "UTC", tally, gone, now)
 
     def stats(self, *, since: datetime, now: datetime, types: Sequence[str]) -> Stats:
         return reports.window_stats(self.session, since=since, now=now, types=types)
@@ -264,7 +259,17 @@ class PgQueue:
         return reports.list_rows(self.session, sorted(str(s) for s in statuses), types, limit)
 
     def show(self, task_id: str) -> ShowReport:
-        return ShowReport(*reports.show_rows(self.session, task_id))
+        report = ShowReport(*reports.show_rows(self.session, task_id))
+        live = [row for sheet, row in report.found if sheet == self.settings.queue_sheet]
+        if live and live[0].values.get("status") == "processing":
+            session = self.session
+            now = session.moment(datetime.now(UTC))
+            with session.transaction() as conn:
+                holder = presence.gone_holders(conn, session.queue, [task_id]).get(task_id)
+            if holder is not None:
+                kind = str(live[0].values.get("type") or "")
+                report.held = presence.show_line(holder, kind, self.settings, now)
+        return report
 
     def export(self, *, clock: Clock) -> Source:
         raise UsageError("sheetq migrate copies from a spreadsheet: set SHEETQ_SPREADSHEET")

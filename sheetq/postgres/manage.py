@@ -23,6 +23,7 @@ from sheetq.port import (
     LogArchiveReport,
     TaskState,
 )
+from sheetq.postgres import presence
 from sheetq.postgres.codec import from_db
 from sheetq.postgres.queries import QUERIES
 from sheetq.postgres.reports import WS
@@ -76,6 +77,14 @@ def _change(
             if named
             else []
         )  # fmt: skip
+        holders = presence.gone_holders(
+            conn, session.queue, [s.task_id for s in states if s.status is Status.PROCESSING]
+        )
+        moment = params["now"]
+    for state in states:
+        holder = holders.get(state.task_id)
+        if holder is not None:
+            state.held = presence.requeue_line(holder, state.type, session.settings, moment)
     by_id = {s.task_id: s for s in states}
     chosen = {s.task_id for s in picked}
     unknown = [i for i in named if i not in by_id and i not in chosen]

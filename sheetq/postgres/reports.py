@@ -28,7 +28,6 @@ from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS, WAITING, Row, Status
 from sheetq.port import QueueTally
 from sheetq.postgres.codec import values_from_record
 from sheetq.postgres.session import Session
-from sheetq.sheet.plan import STATUS_COLUMNS, QueueRow, parse_rows
 from sheetq.stats import Sample, Stats
 
 # Python's str.strip() removes exactly these characters (``str.isspace``); btrim(x, WS)
@@ -59,12 +58,10 @@ def _second(moment: datetime) -> datetime:
 # --- status ------------------------------------------------------------------------------
 
 
-def status_tally(
-    session: Session, settings: Settings, now: datetime
-) -> tuple[QueueTally, list[QueueRow]]:
-    """``sheetq status``'s counts by ``GROUP BY type, status`` (one statement), plus the
-    ``processing`` rows only (for ``sheetq.sheet.held``). The schema's CHECK admits only §3
-    statuses and typed times, so nothing is unrecognised or unparseable here."""
+def status_tally(session: Session, settings: Settings, now: datetime) -> QueueTally:
+    """``sheetq status``'s counts by ``GROUP BY type, status`` (one statement) as of ``now``
+    (the tasks held by gone runs: ``sheetq.postgres.presence``). The schema's CHECK admits
+    only §3 statuses and typed times, so nothing is unrecognised or unparseable here."""
     due_before = now.replace(microsecond=0) + timedelta(seconds=1)  # trunc(t) <= now
     tally = QueueTally()
     with session.transaction() as conn:
@@ -80,13 +77,6 @@ def status_tally(
             " GROUP BY type, status",
             {"q": session.queue, "due": due_before, "ws": WS},
         ).fetchall()
-        processing: list[dict[str, Any]] = []
-        if any(g["status"] == "processing" for g in groups):
-            processing = conn.execute(
-                f"SELECT {_cols(STATUS_COLUMNS)} FROM sheetq_tasks"
-                " WHERE queue = %s AND status = 'processing' ORDER BY created_at, task_id",
-                (session.queue,),
-            ).fetchall()
     oldest: datetime | None = None
     for g in groups:
         name, kind, n = str(g["status"]), str(g["type"]).strip(), int(g["n"])
@@ -102,8 +92,7 @@ def status_tally(
             tally.without_handler += n
     if oldest is not None:
         tally.oldest = max(0.0, (now - oldest).total_seconds())
-    rows = [Row(i, values_from_record(r, STATUS_COLUMNS)) for i, r in enumerate(processing, 2)]
-    return tally, parse_rows(rows, UTC, "en_US")
+    return tally
 
 
 # --- list and show -----------------------------------------------------------------------

@@ -29,7 +29,7 @@ from sheetq.errors import Interrupted
 from sheetq.execute import Executor
 from sheetq.model import new_run_id
 from sheetq.postgres import alerts as pg_alerts
-from sheetq.postgres import hotpath
+from sheetq.postgres import hotpath, presence
 from sheetq.postgres import queue as pgq
 from sheetq.sheet.plan import BatchPlan, Claim, complete, release
 from sheetq.sheet.store import ChangeSet, UpdateRow, WorkbookInfo
@@ -323,6 +323,7 @@ class PgRunner:
         ``Interrupted`` on SIGINT/SIGTERM (after ending the running task's lease)."""
         self._started = self.clock.monotonic()
         info = self.store.open()
+        presence.announce(self.store, run_id=self.run_id, kind="process")
         if options.dry_run:
             self._dry_run(options)
         else:

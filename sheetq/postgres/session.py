@@ -17,9 +17,9 @@ statements take: ``None`` for a real reading (the statement then uses the server
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 from psycopg.rows import dict_row
@@ -28,6 +28,19 @@ from sheetq.config import Settings
 from sheetq.errors import SchemaError
 from sheetq.postgres import schema
 from sheetq.postgres.connection import connect, describe, explain
+from sheetq.postgres.queries import QUERIES
+
+
+class Transactions(Protocol):
+    """What the digest and the runs' presence need of a connection to the queue's tables:
+    the queue's name, its settings, and one transaction at a time (database errors as
+    ``StoreError``). ``Session`` is one; so is the run path's store."""
+
+    queue: str
+    settings: Settings
+
+    def transaction(self) -> AbstractContextManager[psycopg.Connection[Any]]: ...
+
 
 REAL_READING = 5.0  # seconds: a clock reading this close to the host's clock is the real time
 
@@ -85,6 +98,14 @@ class Session:
             ) from None
         except psycopg.Error as exc:
             raise explain(exc, self.url) from None
+
+    def moment(self, now: datetime) -> datetime:
+        """The moment a command's statements stamp (``pretend``): ``now`` when pretended,
+        else the server's clock, to the second."""
+        with self.transaction() as conn:
+            row = conn.execute(QUERIES["clock"], {"at": pretend(now)}).fetchone()
+        assert row is not None
+        return row["now"]  # type: ignore[no-any-return]
 
     def close(self) -> None:
         if self._conn is not None:

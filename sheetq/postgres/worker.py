@@ -41,7 +41,7 @@ from sheetq.config import Settings
 from sheetq.errors import StoreUnavailable
 from sheetq.handlers.groups import end_running
 from sheetq.model import new_run_id
-from sheetq.postgres import hotpath
+from sheetq.postgres import hotpath, presence
 from sheetq.postgres.runner import PgTasks
 from sheetq.postgres.store import PgStore
 from sheetq.redact import plural
@@ -165,6 +165,7 @@ class PgWorker:
         store = self._new_store()
         try:
             info = store.open()  # the schema check: an older schema or no privilege stops here
+            self._announce(store)
         except BaseException:
             store.close()
             raise
@@ -315,6 +316,11 @@ class PgWorker:
             raise
         return store
 
+    def _announce(self, store: PgStore) -> None:
+        """Hold this worker's presence lock on the store's session (docs/design.md §11 "A
+        gone worker is named"); again on every new connection."""
+        presence.announce(store, run_id=self.run_id, kind="worker")
+
     def _reconnect(self, lost: PgStore, exc: Exception) -> PgStore | None:
         """Back off (1 s, 2 s, … ``BACKOFF_MAX``, with jitter) and reconnect until the
         database answers. ``None``: the worker stopped while it was away."""
@@ -327,6 +333,7 @@ class PgWorker:
             self.clock.sleep(delay * self.tasks.rng.uniform(0.75, 1.25))
             try:
                 store = self._new_store()
+                self._announce(store)
             except StoreUnavailable as again:
                 if self.stopping:
                     return None

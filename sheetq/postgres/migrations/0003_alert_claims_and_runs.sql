@@ -23,3 +23,15 @@ CREATE TABLE sheetq_runs (
     started_at timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 CREATE INDEX sheetq_runs_queue ON sheetq_runs (queue, started_at);
+
+-- Whether the run whose advisory lock key is `key` is gone: no session of this database
+-- holds the lock (pg_advisory_lock(bigint) shows in pg_locks as classid = high 32 bits,
+-- objid = low 32 bits, objsubid = 1).
+CREATE FUNCTION sheetq_run_gone(key bigint) RETURNS boolean LANGUAGE sql STABLE AS $$
+    SELECT NOT EXISTS (
+        SELECT 1 FROM pg_locks AS l
+        WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+          AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+          AND l.classid = ((key >> 32) & 4294967295)::oid
+          AND l.objid = (key & 4294967295)::oid)
+$$;
