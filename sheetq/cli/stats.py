@@ -43,10 +43,8 @@ def stats(
     result = state.queue().stats(since=start, now=now, types=types or ())
     if as_json:
         emit_json(result.as_json())
-    else:
-        from sheetq.wording import places
-
-        _render(result, places(settings).log, types or [])
+    else:  # the log as every backend calls it (QueueLog), whatever table holds it
+        _render(result, settings.log_sheet, types or [])
     if result.unreadable_ts:
         warn(f"{result.unreadable_ts} {settings.log_sheet} row(s) with an unreadable ts ignored")
 
