@@ -48,10 +48,10 @@ REAL_READING = 5.0  # seconds: a clock reading this close to the host's clock is
 def pretend(now: datetime) -> datetime | None:
     """``None`` when ``now`` is the host's clock read moments ago (the statements then use
     the server's clock), else ``now``: a pretended time (``SHEETQ_NOW``) the statements use
-    instead, to the second as every stamp sheetq writes."""
+    instead."""
     if abs((now - datetime.now(UTC)).total_seconds()) < REAL_READING:
         return None
-    return now.astimezone(UTC).replace(microsecond=0)
+    return now.astimezone(UTC)
 
 
 class Session:
@@ -100,10 +100,10 @@ class Session:
             raise explain(exc, self.url) from None
 
     def moment(self, now: datetime) -> datetime:
-        """The moment a command's statements stamp (``pretend``): ``now`` when pretended,
-        else the server's clock, to the second."""
+        """The moment a report is as of (``pretend``): ``now`` when pretended, else the
+        server's clock."""
         with self.transaction() as conn:
-            row = conn.execute(QUERIES["clock"], {"at": pretend(now)}).fetchone()
+            row = conn.execute(QUERIES["moment"], {"at": pretend(now)}).fetchone()
         assert row is not None
         return row["now"]  # type: ignore[no-any-return]
 

@@ -1,6 +1,8 @@
-"""`status`, `stats`, `list` and `show` computed in SQL on PostgreSQL give, byte for byte,
-the `--json` documents of the shared Python path (`SHEETQ_PG_REPORTS=python`) on the same
-rows: a sweep over random queues (docs/design.md §11)."""
+"""The reports and operator commands on PostgreSQL over random queues (docs/design.md §10,
+§11): the statements of requeue, skip, archive, the alert claim, status and stats choose and
+count what the shared Python rules do over the same rows
+(``test_requeue_skip_archive_alerts_status_and_stats_pick_what_the_python_rules_pick``); every
+report's output is stable from one run to the next (the sweep)."""
 
 from __future__ import annotations
 
@@ -223,3 +225,151 @@ def test_the_whitespace_sql_strips_is_what_python_strips() -> None:
     from sheetq.postgres.reports import WS
 
     assert "".join(c for c in map(chr, range(sys.maxunicode + 1)) if c.isspace()) == WS
+
+
+# --- the same rules in SQL and in the shared Python, on the same generated queues ----------
+
+
+def _cells(url: str) -> dict[str, list[Any]]:
+    """The queue's tables as the cell rows the shared Python reads (``codec.from_db``)."""
+    from psycopg.rows import dict_row
+
+    from sheetq.model import Row
+    from sheetq.postgres.codec import values_from_record
+
+    out: dict[str, list[Any]] = {}
+    with psycopg.connect(url, row_factory=dict_row) as conn:
+        for table, cols, order in (
+            ("sheetq_tasks", QUEUE_COLUMNS, "created_at, task_id"),
+            ("sheetq_archive", QUEUE_COLUMNS, "created_at, task_id"),
+            ("sheetq_log", LOG_COLUMNS, "id"),
+        ):
+            names = ", ".join(f'"{c}"' for c in cols)
+            records = conn.execute(
+                f"SELECT {names} FROM {table} WHERE queue = 'Queue' ORDER BY {order}"
+            ).fetchall()
+            out[table] = [Row(n, values_from_record(r, cols)) for n, r in enumerate(records, 2)]
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_requeue_skip_archive_alerts_status_and_stats_pick_what_the_python_rules_pick(
+    seed: int, pg_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a random queue, the SQL statements of PostgreSQL (requeue, skip, archive dry
+    runs; the alert claim's owed tasks and their order; status's tally; stats) choose and
+    count what the shared Python rules choose over the same rows (``plan_requeue``,
+    ``plan_skip``, ``archive.select``, ``sheet.alerts.owed``, ``tally_rows``,
+    ``stats.compute``): types and error classes as Python strips them, times to the
+    second."""
+    from sheetq.alerts.telegram import Delivery
+    from sheetq.clock import FixedClock
+    from sheetq.config import load_settings
+    from sheetq.model import Status
+    from sheetq.port import AlertReport
+    from sheetq.postgres.engine import PgQueue
+    from sheetq.sheet.alerts import owed
+    from sheetq.sheet.archive import select
+    from sheetq.sheet.operations import plan_requeue, plan_skip
+    from sheetq.sheet.plan import parse_rows
+    from sheetq.sheet.tally import tally_rows
+    from sheetq.stats import compute
+
+    url = str(pg_server.new_database())
+    monkeypatch.setenv("SHEETQ_DATABASE_URL", url)
+    write_config(CONFIG)
+    _load(url, seed)
+    settings = load_settings()
+    cells = _cells(url)
+    rows = parse_rows(cells["sheetq_tasks"], UTC, "en_US")
+    rng = random.Random(seed)
+    clock = FixedClock(NOW)
+    queue = PgQueue(settings)
+    try:
+        every = [r.task_id for r in rows]
+        for _ in range(12):
+            ids = (
+                rng.sample(every, min(len(every), rng.randint(0, 4)))
+                + ["t_nowhere"][: rng.randint(0, 1)]
+            )
+            statuses = rng.sample(list(Status), rng.randint(1, 3))
+            types = rng.sample(["job", "lead", "orphan", "", "nope"], rng.randint(0, 2))
+            classes = rng.sample(["transient", "permanent", "auth", ""], rng.randint(0, 2))
+            got = queue.requeue(
+                task_ids=ids,
+                statuses=statuses,
+                types=types,
+                error_classes=classes,
+                reset_attempts=False,
+                dry_run=True,
+                clock=clock,
+            )
+            want, _ = plan_requeue(
+                rows,
+                settings=settings,
+                now=NOW,
+                task_ids=ids,
+                statuses=statuses,
+                types=types,
+                error_classes=classes,
+            )
+            assert [s.task_id for s in got.picked] == [r.task_id for r in want], (ids, statuses)
+            assert [(s.type, s.error_class, s.retry_count) for s in got.picked] == [
+                (r.type, r.error_class, r.retry_count) for r in want
+            ]
+            skipped = queue.skip(task_ids=ids, reason="", dry_run=True, clock=clock)
+            want, _ = plan_skip(rows, settings=settings, now=NOW, task_ids=ids)
+            assert [s.task_id for s in skipped.picked] == [r.task_id for r in want]
+        archived_ids = {r.text("task_id") for r in cells["sheetq_archive"]}
+        for days in (0.0, 0.5, 2.0, 3.25, 8.0):
+            for include_failed in (False, True):
+                report = queue.archive(
+                    now=NOW,
+                    older_than=days * 86400,
+                    log_older_than=None,
+                    include_failed=include_failed,
+                    dry_run=True,
+                    lock_wait=0,
+                ).report
+                assert report is not None
+                want = select(
+                    rows,
+                    cutoff=NOW - timedelta(days=days),
+                    include_failed=include_failed,
+                    archived_ids=archived_ids,
+                    tz=UTC,
+                    locale="en_US",
+                )
+                assert report.task_ids == [r.task_id for r in want.moves], days
+                assert report.already_archived == want.already_archived
+        offered: list[list[str]] = []
+
+        def send(items: Any, title: str) -> Any:
+            offered.append([i.task_id for i in items])
+            return AlertReport([], []), Delivery(sent=False, problem="network")
+
+        queue.send_alerts(send, clock=clock)
+        want_owed = [i.task_id for i in owed(rows, link=lambda row, task_id: "")]
+        assert offered == ([want_owed] if want_owed else [])
+
+        tally = queue.status(clock=clock).tally
+        expected = tally_rows(rows, settings, NOW).tally
+        for name in ("counts", "oldest", "due", "owed", "without_handler", "total"):
+            assert getattr(tally, name) == getattr(expected, name), name
+        assert {k: dict(v) for k, v in tally.by_type.items()} == {
+            k: dict(v) for k, v in expected.by_type.items()
+        }
+        for since_days, types in ((1.0, ()), (7.0, ("job",)), (90.0, ("orphan", ""))):
+            since = NOW - timedelta(days=since_days)
+            got_stats = queue.stats(since=since, now=NOW, types=types)
+            want_stats = compute(
+                cells["sheetq_log"],
+                cells["sheetq_tasks"],
+                cells["sheetq_archive"],
+                since=since,
+                now=NOW,
+                types=types,
+            )
+            assert got_stats.as_json() == want_stats.as_json(), (since_days, types)
+    finally:
+        queue.close()

@@ -3,6 +3,10 @@
 -- NULL, the server's clock; to the second, as every stamp sheetq writes.
 SELECT date_trunc('second', coalesce(%(at)s::timestamptz, statement_timestamp())) AS now;
 
+-- name: moment
+-- The moment a report is as of: %(at)s (a pretended time) or the server's clock.
+SELECT coalesce(%(at)s::timestamptz, statement_timestamp()) AS now;
+
 -- name: requeue
 -- The dead-letter redrive (docs/design.md §8), one statement: the queue's tasks matching
 -- the filters back to pending, due now, each with its `requeued` log row. A task a run
