@@ -27,8 +27,9 @@ from sheetq.config import Settings
 from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS, WAITING, Row, Status
 from sheetq.port import QueueTally
 from sheetq.postgres.codec import values_from_record
+from sheetq.postgres.queries import QUERIES
 from sheetq.postgres.session import Session
-from sheetq.stats import Sample, Stats
+from sheetq.stats import UNRECORDED, Sample, Stats
 
 # Python's str.strip() removes exactly these characters (``str.isspace``); btrim(x, WS)
 # does the same in SQL (tests/postgres/test_reports_sql.py checks the list).
@@ -41,13 +42,9 @@ _SIMPLE = frozenset({"enqueued", "duplicate", "conflict", "claimed", "skipped", 
 _WAITING = tuple(sorted(str(s) for s in WAITING))
 
 
-def _cols(names: Sequence[str], prefix: str = "") -> str:
-    return ", ".join(f'{prefix}"{n}"' for n in names)
-
-
 def _utc(conn: psycopg.Connection[Any]) -> None:
     """Truncations and hour buckets in UTC, whatever the server's default zone."""
-    conn.execute("SET LOCAL TimeZone = 'UTC'")
+    conn.execute(QUERIES["utc_session"])
 
 
 def _second(moment: datetime) -> datetime:
@@ -67,15 +64,7 @@ def status_tally(session: Session, settings: Settings, now: datetime) -> QueueTa
     with session.transaction() as conn:
         _utc(conn)
         groups = conn.execute(
-            "SELECT type, status, count(*) AS n,"
-            " min(greatest(created_at, next_retry_at)) FILTER (WHERE status IN ('pending', 'retry')"
-            "   AND greatest(created_at, next_retry_at) < %(due)s) AS oldest,"
-            " count(*) FILTER (WHERE status = 'retry'"
-            "   AND (next_retry_at IS NULL OR next_retry_at < %(due)s)) AS due,"
-            " count(*) FILTER (WHERE status = 'failed' AND alerted_at IS NULL) AS owed"
-            " FROM sheetq_tasks WHERE queue = %(q)s AND btrim(task_id, %(ws)s) <> ''"
-            " GROUP BY type, status",
-            {"q": session.queue, "due": due_before, "ws": WS},
+            QUERIES["status_groups"], {"queue": session.queue, "due": due_before, "ws": WS}
         ).fetchall()
     oldest: datetime | None = None
     for g in groups:
@@ -103,23 +92,14 @@ def list_rows(
 ) -> list[Row]:
     """``sheetq list``: Queue rows with one of ``statuses`` (all when empty) and one of
     ``types`` (all when empty), oldest first, at most ``limit`` (0: all)."""
-    where = ["queue = %s", "task_id <> ''"]
-    params: list[Any] = [session.queue]
-    if statuses:
-        where.append("status = ANY(%s)")
-        params.append(list(statuses))
-    if types:
-        where.append("type = ANY(%s)")
-        params.append(list(types))
-    query = (
-        f"SELECT {_cols(QUEUE_COLUMNS)} FROM sheetq_tasks WHERE {' AND '.join(where)}"
-        " ORDER BY created_at, task_id"
-    )
-    if limit:
-        query += " LIMIT %s"
-        params.append(limit)
+    params = {
+        "queue": session.queue,
+        "statuses": list(statuses),
+        "types": list(types),
+        "limit": limit or None,
+    }
     with session.transaction() as conn:
-        records = conn.execute(query.encode(), params).fetchall()
+        records = conn.execute(QUERIES["list_tasks"], params).fetchall()
     return [Row(i, values_from_record(r, QUEUE_COLUMNS)) for i, r in enumerate(records, 2)]
 
 
@@ -130,31 +110,19 @@ def show_rows(session: Session, task_id: str) -> tuple[list[tuple[str, Row]], li
     primary key and ``(queue, task_id, id)``. Also returns how many history rows came from
     ``sheetq_log_archive``."""
     settings = session.settings
-    found: list[tuple[str, Row]] = []
+    params = {"queue": session.queue, "task_id": task_id}
     with session.transaction() as conn:
-        for sheet, table in (
-            (settings.queue_sheet, "sheetq_tasks"),
-            (settings.archive_sheet, "sheetq_archive"),
-        ):
-            for record in conn.execute(
-                f"SELECT {_cols(QUEUE_COLUMNS)} FROM {table}"  # fixed table names
-                " WHERE queue = %s AND task_id = %s",
-                (session.queue, task_id),
-            ):
-                found.append((sheet, Row(2, values_from_record(record, QUEUE_COLUMNS))))
-        archived, live = (
-            conn.execute(
-                f"SELECT id, {_cols(LOG_COLUMNS)} FROM {table}"  # fixed table names
-                " WHERE queue = %s AND task_id = %s ORDER BY id",
-                (session.queue, task_id),
-            ).fetchall()
-            for table in ("sheetq_log_archive", "sheetq_log")
+        tasks = conn.execute(QUERIES["show_task"], params).fetchall()
+        log = conn.execute(QUERIES["show_history"], params).fetchall()
+    found = [
+        (
+            settings.archive_sheet if r["archived"] else settings.queue_sheet,
+            Row(2, values_from_record(r, QUEUE_COLUMNS)),
         )
-        log = archived + live
-    history = []
-    for number, record in enumerate(log, 2):
-        values = values_from_record(record, LOG_COLUMNS)
-        history.append(Row(number, values))
+        for r in tasks
+    ]
+    history = [Row(n, values_from_record(r, LOG_COLUMNS)) for n, r in enumerate(log, 2)]
+    archived = [r for r in log if r["archived"]]
     return found, history, len(archived)
 
 
@@ -189,10 +157,7 @@ def window_stats(
     with session.transaction() as conn:
         _utc(conn)
         groups = conn.execute(
-            "SELECT type, event, status, date_trunc('hour', ts) AS hour,"
-            " count(*) AS n, min(id) AS first"
-            " FROM sheetq_log WHERE queue = %s AND ts >= %s GROUP BY 1, 2, 3, 4",
-            (session.queue, start),
+            QUERIES["stats_groups"], {"queue": session.queue, "since": start}
         ).fetchall()
         events: Counter[str] = Counter()
         done_pairs: set[tuple[str, str]] = set()
@@ -232,22 +197,17 @@ def window_stats(
         ):  # fmt: skip
             setattr(stats, name, events[name])
         params = {
-            "q": session.queue,
+            "queue": session.queue,
             "since": start,
             "ws": WS,
             "all": not wanted,
             "types": sorted(wanted),
         }
-        type_ok = "(%(all)s OR btrim(l.type, %(ws)s) = ANY(%(types)s))"
         if done_pairs:
-            _to_done(conn, stats, sorted(done_pairs), params, type_ok)
+            _to_done(conn, stats, sorted(done_pairs), params)
         if failed_pairs:
-            _failure_classes(conn, stats, sorted(failed_pairs), params, type_ok)
-        waiting = conn.execute(
-            "SELECT type, min(created_at) AS first FROM sheetq_tasks"
-            " WHERE queue = %s AND status IN ('pending', 'retry') GROUP BY type",
-            (session.queue,),
-        ).fetchall()
+            _failure_classes(conn, stats, sorted(failed_pairs), params)
+        waiting = conn.execute(QUERIES["stats_waiting"], {"queue": session.queue}).fetchall()
     firsts_waiting = [
         _second(w["first"]) for w in waiting if not wanted or str(w["type"]).strip() in wanted
     ]
@@ -264,58 +224,22 @@ def _pairs(pairs: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
     return {"ev": [e for e, _ in pairs], "st": [s for _, s in pairs]}
 
 
-_IN_PAIRS = "(l.event, l.status) IN (SELECT * FROM unnest(%(ev)s::text[], %(st)s::text[]))"
-
-
 def _to_done(
     conn: psycopg.Connection[Any],
     stats: Stats,
     pairs: Sequence[tuple[str, str]],
     params: dict[str, Any],
-    type_ok: str,
 ) -> None:
     """Enqueue-to-done seconds of each task first done in the window (from its earliest
     ``enqueued`` row, at any time) and handler durations of its ``done`` rows: their
     nearest-rank p50/p95 (``percentile_disc``) and how many there are."""
     done_event = [p for p in pairs if p[0] == "done"]
-    row = conn.execute(
-        f"""
-        WITH done AS (
-            SELECT btrim(l.task_id, %(ws)s) AS task, min(date_trunc('second', l.ts)) AS at
-            FROM sheetq_log l
-            WHERE l.queue = %(q)s AND l.ts >= %(since)s AND {_IN_PAIRS} AND {type_ok}
-            GROUP BY 1),
-        begun AS (
-            SELECT btrim(l.task_id, %(ws)s) AS task, min(date_trunc('second', l.ts)) AS at
-            FROM sheetq_log l
-            WHERE l.queue = %(q)s AND l.event = 'enqueued' AND {type_ok}
-              AND btrim(l.task_id, %(ws)s) IN (SELECT task FROM done)
-            GROUP BY 1),
-        spans AS (
-            SELECT (extract(epoch FROM d.at) - extract(epoch FROM b.at))::bigint AS s
-            FROM done d JOIN begun b USING (task) WHERE b.at <= d.at)
-        SELECT count(*) AS n,
-            percentile_disc(0.5) WITHIN GROUP (ORDER BY s) AS p50,
-            percentile_disc(0.95) WITHIN GROUP (ORDER BY s) AS p95
-        FROM spans
-        """.encode(),
-        params | _pairs(pairs),
-    ).fetchone()
+    row = conn.execute(QUERIES["stats_to_done"], params | _pairs(pairs)).fetchone()
     assert row is not None
     stats.to_done = _sample(row)
     if not done_event:
         return
-    row = conn.execute(
-        f"""
-        SELECT count(*) AS n,
-            percentile_disc(0.5) WITHIN GROUP (ORDER BY l.duration_ms) AS p50,
-            percentile_disc(0.95) WITHIN GROUP (ORDER BY l.duration_ms) AS p95
-        FROM sheetq_log l
-        WHERE l.queue = %(q)s AND l.ts >= %(since)s AND {_IN_PAIRS} AND {type_ok}
-          AND l.duration_ms IS NOT NULL
-        """.encode(),
-        params | _pairs(done_event),
-    ).fetchone()
+    row = conn.execute(QUERIES["stats_handler_ms"], params | _pairs(done_event)).fetchone()
     assert row is not None
     stats.handler_ms = _sample(row)
 
@@ -333,28 +257,10 @@ def _failure_classes(
     stats: Stats,
     pairs: Sequence[tuple[str, str]],
     params: dict[str, Any],
-    type_ok: str,
 ) -> None:
     """Failures (other than expiry) in the window by the error class of the task's row in
     Queue, else QueueArchive, while that row is ``failed``; ``unrecorded`` otherwise."""
-    from sheetq.stats import UNRECORDED
-
-    groups = conn.execute(
-        f"""
-        SELECT CASE WHEN t.task_id IS NOT NULL THEN t.status ELSE a.status END AS status,
-               CASE WHEN t.task_id IS NOT NULL THEN t.error_class ELSE a.error_class END
-                   AS error_class,
-               count(*) AS n
-        FROM sheetq_log l
-        LEFT JOIN sheetq_tasks t
-            ON t.queue = l.queue AND t.task_id = btrim(l.task_id, %(ws)s)
-        LEFT JOIN sheetq_archive a
-            ON a.queue = l.queue AND a.task_id = btrim(l.task_id, %(ws)s)
-        WHERE l.queue = %(q)s AND l.ts >= %(since)s AND {_IN_PAIRS} AND {type_ok}
-        GROUP BY 1, 2
-        """.encode(),
-        params | _pairs(pairs),
-    ).fetchall()
+    groups = conn.execute(QUERIES["stats_failure_classes"], params | _pairs(pairs)).fetchall()
     for g in groups:
         error_class = str(g["error_class"] or "").strip().lower()
         failed = Status.parse(g["status"]) is Status.FAILED
