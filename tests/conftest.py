@@ -16,7 +16,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -254,32 +254,48 @@ class PgBook(Book):
         self.url = url
         self.spreadsheet = ""
 
-    def _store(self) -> Any:
-        from sheetq.config import Settings
-        from sheetq.postgres.store import PgStore
+    TABLES: ClassVar[dict[str, tuple[str, str]]] = {
+        "Queue": ("sheetq_tasks", "created_at, task_id"),
+        "QueueLog": ("sheetq_log", "id"),
+        "QueueArchive": ("sheetq_archive", "created_at, task_id"),
+        "QueueLogArchive": ("sheetq_log_archive", "id"),
+    }
 
-        return PgStore(Settings(spreadsheet="", database_url=self.url))
+    def _columns(self, sheet: str) -> tuple[str, ...]:
+        from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS
+
+        return LOG_COLUMNS if sheet in ("QueueLog", "QueueLogArchive") else QUEUE_COLUMNS
 
     def grid(self, sheet: str) -> list[list[Any]]:
-        from sheetq.sheet.store import Read
+        import psycopg
+        from psycopg.rows import dict_row
 
-        store = self._store()
-        try:
-            header = list(store.table(sheet).columns)
-            (snapshot,) = store.read([Read(sheet)])
-        finally:
-            store.close()
-        return [header] + [[row.values.get(h, "") for h in header] for row in snapshot.rows]
+        from sheetq.postgres.codec import values_from_record
+
+        table, order = self.TABLES[sheet]
+        header = list(self._columns(sheet))
+        names = ", ".join(f'"{c}"' for c in header)
+        with psycopg.connect(self.url, row_factory=dict_row) as conn:
+            records = conn.execute(
+                f"SELECT {names} FROM {table} WHERE queue = 'Queue' ORDER BY {order}"
+            ).fetchall()
+        rows = [values_from_record(r, tuple(header)) for r in records]
+        return [header] + [[row.get(h, "") for h in header] for row in rows]
 
     def set_cell(self, sheet: str, row: int, column: str, value: Any) -> None:
-        from sheetq.sheet.store import ChangeSet, UpdateRow
+        """An operator's UPDATE of one task's cell (``row``: its place in ``records``)."""
+        import psycopg
+
+        from sheetq.postgres.codec import to_db
 
         task_id = self.records(sheet)[row - 2]["task_id"]
-        store = self._store()
-        try:
-            store.apply(ChangeSet(updates=[UpdateRow(sheet, task_id, row, {column: value})]))
-        finally:
-            store.close()
+        table, _ = self.TABLES[sheet]
+        assert column in self._columns(sheet)
+        with psycopg.connect(self.url) as conn:
+            conn.execute(
+                f"UPDATE {table} SET \"{column}\" = %s WHERE queue = 'Queue' AND task_id = %s",
+                (to_db(column, value), task_id),
+            )
 
     def sort(self, sheet: str, column: str) -> None:
         pytest.skip("PostgreSQL rows have no order a person could change")

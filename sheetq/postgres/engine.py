@@ -92,9 +92,8 @@ class PgQueue:
                 "`sheetq stats`"
             )
         queue = self.settings.queue_sheet
-        store = self.store
-        applied, version = store.upgrade_schema()
-        where = f"PostgreSQL {store.where}"
+        applied, version = self.session.upgrade()
+        where = self.session.where
         for number, name in applied:
             say(f"{where}: applied schema migration {number} ({name})")
         state_words = "" if applied else " is current, nothing to do"

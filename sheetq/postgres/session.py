@@ -99,6 +99,21 @@ class Session:
         except psycopg.Error as exc:
             raise explain(exc, self.url) from None
 
+    def upgrade(self) -> tuple[list[tuple[int, str]], int]:
+        """Create or upgrade the schema (``sheetq init``): the migrations applied now (number,
+        name; empty when it was current) and the schema version the database has."""
+        conn = self.conn
+        self.requests += 1
+        try:
+            with conn.transaction():
+                before = schema.installed(conn)
+            schema.upgrade(conn)
+        except psycopg.Error as exc:
+            raise explain(exc, self.url) from None
+        self._checked = True
+        applied = [(m.version, m.name) for m in schema.MIGRATIONS if m.version > before]
+        return applied, schema.VERSION
+
     def moment(self, now: datetime) -> datetime:
         """The moment a report is as of (``pretend``): ``now`` when pretended, else the
         server's clock."""
