@@ -185,31 +185,15 @@ def test_status_counts_a_live_lease_as_running_and_an_expired_one_as_gone(
 ) -> None:
     """PostgreSQL has no run lease: a processing task under a lease that has not ended is a
     running worker's (not listed as held by a gone run); once its lease has passed, it is."""
-    from sheetq.config import Settings
-    from sheetq.postgres.store import PgStore
-    from sheetq.sheet.store import ChangeSet, UpdateRow
+    import psycopg
 
     task = run_cli(["enqueue", "job", "{}", "--json"]).json()["task_id"]
-    store = PgStore(Settings(spreadsheet="", database_url=pg_url))
-    try:
-        store.apply(
-            ChangeSet(
-                updates=[
-                    UpdateRow(
-                        "Queue",
-                        task,
-                        2,
-                        {
-                            "status": "processing",
-                            "lease_owner": "run_W",
-                            "lease_until": "2026-01-05T10:00:00Z",
-                        },
-                    )
-                ]
-            )
+    with psycopg.connect(pg_url) as conn:
+        conn.execute(
+            "UPDATE sheetq_tasks SET status = 'processing', lease_owner = 'run_W',"
+            " lease_until = '2026-01-05T10:00:00Z' WHERE task_id = %s",
+            (task,),
         )
-    finally:
-        store.close()
     monkeypatch.setenv("SHEETQ_NOW", "2026-01-05T09:00:00Z")
     assert run_cli(["status", "--json"]).json()["held_by_gone_runs"] == []
     monkeypatch.setenv("SHEETQ_NOW", "2026-01-05T10:00:01Z")
