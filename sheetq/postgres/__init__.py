@@ -4,6 +4,14 @@
 * ``connection`` — connecting with psycopg 3, errors that never print the password;
 * ``schema`` — the tables, created and upgraded by numbered migrations (``sheetq init``);
 * ``codec`` — database values ↔ the §2 cell texts the shared queue policy reads and writes;
+* ``queries`` — every statement by name, from ``queries/*.sql``;
+* ``session`` — the connection of the commands that manage and read a queue (one
+  transaction at a time, the server's clock unless ``SHEETQ_NOW`` pretends);
+* ``manage`` — ``requeue``, ``skip``, ``archive`` as one set-based statement each;
+* ``alerts`` — the alert digest: a committed claim, the send outside any transaction, the
+  mark in a new one;
+* ``presence`` — each worker's and run's advisory lock, so a gone one is named;
+* ``reports`` — ``status``, ``list``, ``show``, ``stats`` in SQL;
 * ``store`` — ``PgStore``: the worksheet-shaped ``Store`` port over the tables, one
   transaction per change set, so every command's pure planning runs unchanged.
 

@@ -280,10 +280,13 @@ class PgTasks:
             store, self.notifier, title=info.title, run_id=self.run_id, now=self.clock.now
         )
         report = digest.report
+        if digest.owed is None:  # another run is sending them: they are owed until it marks
+            left = pg_alerts.owed_count(store)
+        else:
+            left = digest.owed if digest.mark_error else digest.owed - digest.covered
         with self._lock:
             self.summary.alerts_sent += digest.covered
-            left = digest.owed or 0
-            self.summary.alerts_owed = left if digest.mark_error else left - digest.covered
+            self.summary.alerts_owed = left
             for note in [*(report.notes if report else []), *digest.notes]:
                 self._note_locked(note)
 
