@@ -5,6 +5,7 @@ rows, in one transaction; through the CLI on a real server."""
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -95,3 +96,37 @@ def test_requeue_skip_and_archive_change_many_tasks_in_one_statement_each(pg_url
     assert _statements(pg_url) == {"sheetq_log DELETE": 1, "sheetq_log_archive INSERT": 1}
     history = run_cli(["show", ids[0], "--json"]).json()["log"]
     assert [e["event"] for e in history] == ["enqueued", "requeued", "skipped", "archived"]
+
+
+class _AheadClock(datetime):
+    """``datetime`` whose ``now`` reads a host clock ten minutes ahead of the server's."""
+
+    @classmethod
+    def now(cls, tz: Any = None) -> Any:  # type: ignore[override]
+        return datetime.now(tz) + timedelta(minutes=10)
+
+
+def test_requeue_on_a_host_whose_clock_is_ahead_makes_the_task_due_now(
+    pg_url: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Time is the database's (docs/design.md §11): `requeue` on a host whose clock runs ten
+    minutes ahead stamps the server's time, so a run elsewhere takes the task at once
+    instead of ten minutes later; its log row carries the server's time too."""
+    from tests.conftest import handler_script, write_config
+
+    ok = handler_script(tmp_path, "ok", "print('fine')\n")
+    write_config(f"[types.job]\ncommand = {ok}\n")
+    (task,) = _enqueue(1)
+    _sql(pg_url, "UPDATE sheetq_tasks SET status = 'failed', error_class = 'data'")
+    with monkeypatch.context() as m:  # sheetq's reading of this host's clock
+        m.setattr("sheetq.clock.datetime", _AheadClock)
+        m.setattr("sheetq.postgres.session.datetime", _AheadClock)
+        r = run_cli(["requeue", "--task", task, "--json"])
+    assert r.code == 0 and r.json()["requeued"] == 1, r.stderr
+    ((lag,),) = _sql(
+        pg_url,
+        "SELECT extract(epoch FROM next_retry_at - clock_timestamp()) FROM sheetq_tasks",
+    )
+    assert abs(float(lag)) < 5, lag
+    doc = run_cli(["process", "--json"]).json()
+    assert doc["done"] == 1, doc
