@@ -32,9 +32,10 @@ from sheetq.config import Settings
 from sheetq.errors import StoreError
 from sheetq.policy import alert_order
 from sheetq.port import AlertItem, AlertReport
+from sheetq.postgres.manage import stamp
 from sheetq.postgres.queries import QUERIES
 from sheetq.postgres.reports import WS
-from sheetq.postgres.session import Transactions, pretend
+from sheetq.postgres.session import Transactions
 from sheetq.times import format_ts
 
 OWED_LIMIT = 10_000  # failed tasks one digest covers at most (the rest: the next digest)
@@ -139,9 +140,8 @@ def send_owed(
     for attempt in (1, 2):  # the second on a new connection (a lost one is reopened)
         try:
             with db.transaction() as conn:
-                stamp = conn.execute(QUERIES["clock"], {"at": pretend(now())}).fetchone()
-                assert stamp is not None
-                row = conn.execute(QUERIES["alert_mark"], params | {"now": stamp["now"]})
+                moment = stamp(conn, now())
+                row = conn.execute(QUERIES["alert_mark"], params | {"now": moment})
                 found = row.fetchone()
             digest.marked = int(found["n"]) if found else 0
             digest.mark_error = ""

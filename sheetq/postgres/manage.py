@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+import psycopg
+
 from sheetq.model import MAX_ERROR_CHARS, Status, new_run_id
 from sheetq.port import (
     ArchiveReport,
@@ -33,11 +35,14 @@ from sheetq.redact import printable, shorten
 FINISHED = ("done", "skipped")  # archived by `sheetq archive`; failed too with --include-failed
 
 
-def stamp(session: Session, conn: Any, now: datetime) -> datetime:
-    """The moment this command stamps: ``now`` when pretended (``SHEETQ_NOW``), else the
-    server's clock (``session.pretend``), to the second."""
+def stamp(conn: psycopg.Connection[Any], now: datetime) -> datetime:
+    """The moment this command stamps, read in the caller's transaction: ``now`` when
+    pretended (``SHEETQ_NOW``), else the server's clock (``session.pretend``), to the
+    second."""
     row = conn.execute(QUERIES["clock"], {"at": pretend(now)}).fetchone()
-    return row["now"]  # type: ignore[no-any-return]
+    assert row is not None
+    moment: datetime = row["now"]
+    return moment
 
 
 def whole_second_after(moment: datetime) -> datetime:
@@ -68,7 +73,7 @@ def _change(
     alone, in one transaction."""
     named = sorted(set(task_ids))
     with session.transaction() as conn:
-        params = params | {"queue": session.queue, "now": stamp(session, conn, now), "ws": WS}
+        params = params | {"queue": session.queue, "now": stamp(conn, now), "ws": WS}
         picked = [_state(r) for r in conn.execute(QUERIES[query], params).fetchall()]
         states = (
             [_state(r) for r in conn.execute(
@@ -145,7 +150,7 @@ def archive(
     changed more than ``older_than`` seconds ago to the archive, in one transaction."""
     statuses = [*FINISHED, "failed"] if include_failed else list(FINISHED)
     with session.transaction() as conn:
-        moment = stamp(session, conn, now)
+        moment = stamp(conn, now)
         report = ArchiveReport(dry_run, moment - timedelta(seconds=older_than))
         found = conn.execute(
             QUERIES["archive_tasks"],
@@ -176,7 +181,7 @@ def archive_log(
     """Move the log rows stamped more than ``older_than`` seconds ago to the log archive,
     in one transaction (a table has no order a person could break: every old row moves)."""
     with session.transaction() as conn:
-        moment = stamp(session, conn, now)
+        moment = stamp(conn, now)
         report = LogArchiveReport(moment - timedelta(seconds=older_than), dry_run)
         row = conn.execute(
             QUERIES["archive_log"],
