@@ -25,6 +25,7 @@ from sheetq.port import (
     Worker,
 )
 from sheetq.postgres import alerts, manage, presence, reports
+from sheetq.postgres import enqueue as pg_enqueue
 from sheetq.postgres.session import Session
 from sheetq.summary import stopped
 
@@ -73,7 +74,9 @@ class PgQueue:
     def session(self) -> Session:
         """The connection of the commands that manage and read the queue."""
         if self._session is None:
-            self._session = Session(self.settings)
+            self._session = Session(
+                self.settings, time_limit=self._time_limit, time_limit_name=self._time_limit_name
+            )
         return self._session
 
     def close(self) -> None:
@@ -107,13 +110,10 @@ class PgQueue:
     def enqueue(
         self, tasks: Sequence[NewTask], *, clock: Clock, not_before: NotBefore
     ) -> list[Enqueued]:
-        from sheetq.postgres.enqueue import enqueue as enqueue_pg
-
-        store = self.store
         moment = not_before("UTC")
         for task in tasks:
             task.not_before = moment
-        return enqueue_pg(store, self.settings, list(tasks), now=clock.now())
+        return pg_enqueue.enqueue(self.session, self.settings, list(tasks), now=clock.now())
 
     def run(
         self,

@@ -1,10 +1,13 @@
-"""Enqueue on PostgreSQL (docs/design.md §4, §11 "Keys"): look up only the batch's keys, plan with
-the shared ``plan_enqueue``, and insert in the same transaction.
+"""Enqueue on PostgreSQL (docs/design.md §4, §11 "Keys"): look up only the batch's keys, decide
+with the shared ``sheetq.enqueue.decide_keys``, and insert in the same transaction
+(``queries/enqueue.sql``).
 
 The whole batch, however large (``--jsonl`` of 100,000 lines), is one transaction under the
-queue's advisory lock (``PgStore.lock_queue``), so two racing enqueues of one key never
-both insert; the ``sheetq_keys`` primary key backs this up whatever else writes. No write is
-split under Google's request cap: that cap is the sheet's, not the database's.
+queue's enqueue lock (an advisory lock held to the commit), so two racing enqueues of one
+key never both insert; the ``sheetq_keys`` primary key backs this up whatever else writes.
+New tasks and log rows go in by ``COPY`` (100,000 rows in about a second), typed: nothing
+is turned into cell text and back. Times are the server's (docs/design.md §11 "Time is the
+database's"), unless ``SHEETQ_NOW`` pretends.
 """
 
 from __future__ import annotations
@@ -16,24 +19,13 @@ from typing import Any
 import psycopg
 
 from sheetq.config import Settings
-from sheetq.enqueue import Enqueued, KnownKey, NewTask
-from sheetq.model import Status, new_run_id
-from sheetq.postgres import schema
-from sheetq.postgres.store import PgStore
-from sheetq.sheet.enqueue import plan_enqueue
-
-_LOOKUP = """
-SELECT idempotency_key, task_id, payload_hash, status, archived FROM (
-    SELECT idempotency_key, task_id, payload_hash, status, false AS archived,
-           created_at, 0 AS place
-    FROM sheetq_tasks WHERE queue = %(queue)s AND idempotency_key = ANY(%(keys)s)
-    UNION ALL
-    SELECT idempotency_key, task_id, payload_hash, status, true AS archived,
-           created_at, 1 AS place
-    FROM sheetq_archive WHERE queue = %(queue)s AND idempotency_key = ANY(%(keys)s)
-) AS holders
-ORDER BY place, created_at, task_id
-"""
+from sheetq.enqueue import Decided, Enqueued, KnownKey, NewTask, decide_keys
+from sheetq.errors import StoreError
+from sheetq.model import MAX_ERROR_CHARS, Status, new_run_id
+from sheetq.postgres.manage import stamp
+from sheetq.postgres.queries import QUERIES
+from sheetq.postgres.session import Session
+from sheetq.redact import printable, shorten
 
 
 def known_keys(
@@ -45,7 +37,7 @@ def known_keys(
     known: dict[str, KnownKey] = {}
     if not keys:
         return known
-    for record in conn.execute(_LOOKUP, {"queue": queue, "keys": list(keys)}):
+    for record in conn.execute(QUERIES["known_keys"], {"queue": queue, "keys": list(keys)}):
         key = str(record["idempotency_key"])
         if key not in known:
             status = str(record["status"])
@@ -59,7 +51,7 @@ def known_keys(
 
 
 def enqueue(
-    store: PgStore,
+    session: Session,
     settings: Settings,
     tasks: Sequence[NewTask],
     *,
@@ -67,15 +59,68 @@ def enqueue(
     run_id: str | None = None,
 ) -> list[Enqueued]:
     """Add the new tasks and log duplicates/conflicts in one transaction (docs/design.md §4):
-    schema check, the queue's lock, the batch's keys, ``plan_enqueue``, the inserts.
-    Raises ``SchemaError`` (exit 2) on a database ``sheetq init`` has not prepared,
-    ``StoreUnavailable`` (exit 1) when the server cannot be reached."""
+    the queue's lock, the batch's keys, ``decide_keys``, the inserts. Raises
+    ``SchemaError`` (exit 2) on a database ``sheetq init`` has not prepared,
+    ``StoreUnavailable`` (exit 1) when the server cannot be reached or the lock not had
+    within the session's time limit, ``StoreError`` when a key was taken meanwhile."""
     run = run_id or new_run_id("enqueue")
-    with store.transaction() as conn:
-        schema.check(conn)
-        store.lock_queue(conn)
-        known = known_keys(conn, store.queue, sorted({t.key for t in tasks}))
-        results, writes = plan_enqueue(tasks, known, settings=settings, now=now, run_id=run)
-        for changes in writes:
-            store.apply_in(conn, changes)
-    return results
+    queue = session.queue
+    with session.transaction() as conn:
+        conn.execute(QUERIES["enqueue_lock"], {"queue": queue})
+        moment = stamp(conn, now)
+        decided = decide_keys(tasks, known_keys(conn, queue, sorted({t.key for t in tasks})))
+        fresh = [d for d in decided if d.found is None]
+        if fresh:
+            _insert_tasks(conn, queue, settings, fresh, moment)
+        _insert_log(conn, queue, decided, moment, run)
+    return [d.enqueued() for d in decided]
+
+
+def _insert_tasks(
+    conn: psycopg.Connection[Any],
+    queue: str,
+    settings: Settings,
+    fresh: Sequence[Decided],
+    moment: datetime,
+) -> None:
+    owners: dict[str, str] = {}
+    with conn.cursor() as cur, cur.copy(QUERIES["insert_tasks"]) as copy:
+        for one in fresh:
+            task = one.task
+            if task.type not in owners:
+                owners[task.type] = settings.type_config(task.type).owner
+            copy.write_row(
+                (queue, one.task_id, moment, task.type, task.canonical, str(Status.PENDING), 0,
+                 task.not_before, task.key, moment, task.payload_hash, owners[task.type])
+            )  # fmt: skip
+    clash = conn.execute(
+        QUERIES["claim_keys"],
+        {
+            "queue": queue,
+            "keys": [d.task.key for d in fresh],
+            "tasks": [d.task_id for d in fresh],
+            "hashes": [d.task.payload_hash for d in fresh],
+        },
+    ).fetchone()
+    if clash:
+        raise StoreError(
+            f"idempotency key {clash['k']!r} is held by another task (an enqueue raced "
+            "this one); nothing was written, run the command again"
+        )
+
+
+def _insert_log(
+    conn: psycopg.Connection[Any],
+    queue: str,
+    decided: Sequence[Decided],
+    moment: datetime,
+    run_id: str,
+) -> None:
+    with conn.cursor() as cur, cur.copy(QUERIES["insert_log"]) as copy:
+        for one in decided:
+            status = one.found.status if one.found is not None else str(Status.PENDING)
+            message = shorten(printable(one.message()), MAX_ERROR_CHARS)
+            copy.write_row(
+                (queue, moment, one.task_id, one.task.type, one.outcome, str(status), 0,
+                 message, run_id)
+            )  # fmt: skip

@@ -19,13 +19,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
+from time import monotonic
 from typing import Any, Protocol
 
 import psycopg
 from psycopg.rows import dict_row
 
 from sheetq.config import Settings
-from sheetq.errors import SchemaError
+from sheetq.errors import SchemaError, StoreUnavailable
 from sheetq.postgres import schema
 from sheetq.postgres.connection import connect, describe, explain
 from sheetq.postgres.queries import QUERIES
@@ -60,13 +61,29 @@ class Session:
     ``requests`` counts transactions. Raises ``StoreUnavailable`` (exit 1) when the server
     cannot be reached, ``SchemaError`` (exit 2) when its schema is not this sheetq's."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(
+        self, settings: Settings, *, time_limit: float | None = None, time_limit_name: str = ""
+    ) -> None:
+        """``time_limit`` (seconds from now; ``enqueue``'s ``SHEETQ_ENQUEUE_TIMEOUT``, named
+        ``time_limit_name`` in errors) bounds the connect and, as each transaction's own
+        ``lock_timeout`` (``set_config(…, true)``: nothing stays on a pooled server
+        connection), the wait for the queue's lock: a queue held by another transaction
+        makes the command give up (``StoreUnavailable``, exit 1, the transaction rolled back)
+        instead of waiting. The work itself is not cut off: a ``--jsonl`` batch of 200,000
+        lines takes what it takes."""
         self.settings = settings
         self.url = settings.database_url
         self.queue = settings.queue_sheet
         self.requests = 0
         self._conn: psycopg.Connection[Any] | None = None
         self._checked = False
+        self._limit: tuple[float, str, float] | None = None
+        if time_limit is not None:
+            self._limit = (
+                time_limit,
+                time_limit_name or "its time limit",
+                monotonic() + time_limit,
+            )
 
     @property
     def where(self) -> str:
@@ -76,7 +93,7 @@ class Session:
     @property
     def conn(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed:
-            self._conn = connect(self.url)
+            self._conn = connect(self.url, time_limit=self._limit[0] if self._limit else None)
             self._conn.row_factory = dict_row
         return self._conn
 
@@ -88,16 +105,39 @@ class Session:
         self.requests += 1
         try:
             with conn.transaction():
+                if self._limit is not None:
+                    self._bound(conn)
                 if not self._checked:
                     schema.check(conn)
                     self._checked = True
                 yield conn
+        except psycopg.errors.LockNotAvailable as exc:
+            if self._limit is None:
+                raise explain(exc, self.url) from None
+            raise self._out_of_time() from None
         except psycopg.errors.UndefinedTable:
             raise SchemaError(
                 "the PostgreSQL database has no sheetq schema: run `sheetq init`"
             ) from None
         except psycopg.Error as exc:
             raise explain(exc, self.url) from None
+
+    def _bound(self, conn: psycopg.Connection[Any]) -> None:
+        """This transaction's ``lock_timeout``: what is left of the time limit."""
+        assert self._limit is not None
+        left = self._limit[2] - monotonic()
+        if left <= 0:
+            raise self._out_of_time()
+        conn.execute(QUERIES["lock_timeout"], {"ms": f"{max(1, int(left * 1000))}ms"})
+
+    def _out_of_time(self) -> StoreUnavailable:
+        assert self._limit is not None
+        seconds, name, _ = self._limit
+        return StoreUnavailable(
+            f"{self.where}: gave up after {name} ({seconds:g}s) waiting for the queue's "
+            "lock, held by another transaction (a `sheetq migrate` under way, or a session "
+            "left open); nothing was written"
+        )
 
     def upgrade(self) -> tuple[list[tuple[int, str]], int]:
         """Create or upgrade the schema (``sheetq init``): the migrations applied now (number,
