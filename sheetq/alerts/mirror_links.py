@@ -2,7 +2,7 @@
 spreadsheet mirror gives each alerted task a link to its mirror row.
 
 Without a mirror, or when the task is not (yet) in the mirror's Queue worksheet, the
-item keeps the link ``PgStore.link`` gave it, ``sheetq show ID``. Costs 2 Sheets API
+item keeps the link the engine gave it, ``sheetq show ID``. Costs 2 Sheets API
 requests on Google (open, then the Queue's ``task_id`` column), only when a message is
 about to be sent; never raises (Google down: the links stay ``sheetq show ID``).
 """

@@ -39,10 +39,17 @@ WHERE c.queue = %(queue)s AND c.until > clock_timestamp();
 -- After a delivered digest: `alerted_at` on each covered task still owed, an `alerted` log
 -- row each, and this run's claim let go, in one statement. %(queue)s, %(owner)s, %(ids)s
 -- text[], %(now)s, %(run_id)s, %(ws)s. Returns how many tasks were marked.
-WITH marked AS (
-    UPDATE sheetq_tasks AS t SET alerted_at = %(now)s
+WITH locked AS (  -- in queue order, as requeue and archive lock: no deadlock between them
+    SELECT t.task_id FROM sheetq_tasks AS t
     WHERE t.queue = %(queue)s AND t.task_id = ANY(%(ids)s::text[])
       AND t.status = 'failed' AND t.alerted_at IS NULL
+    ORDER BY t.created_at, t.task_id
+    FOR UPDATE OF t
+),
+marked AS (
+    UPDATE sheetq_tasks AS t SET alerted_at = %(now)s
+    FROM locked AS l
+    WHERE t.queue = %(queue)s AND t.task_id = l.task_id
     RETURNING t.task_id, btrim(t.type, %(ws)s) AS type, t.retry_count
 ),
 logged AS (
