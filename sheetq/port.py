@@ -132,7 +132,8 @@ class HeldGroup:
     ``lease_until``: the latest lease of its tasks (``None``: unreadable); ``expired``:
     recovered by the next run; ``on_unknown``: type → ``retry``/``reconcile``/``fail``;
     ``journal``: killed on this host, whose journal the next run here applies first (sheet);
-    ``host``/``pid``: where the run was (PostgreSQL knows its workers);
+    ``host``/``pid``/``kind``: where the run was and what it was (``worker`` or
+    ``process``; PostgreSQL knows its runs);
     ``unknown_types``: types no run here is configured for (their recovery waits for one)."""
 
     run_id: str
@@ -145,6 +146,7 @@ class HeldGroup:
     host: str = ""
     pid: int | None = None
     unknown_types: list[str] = field(default_factory=list)
+    kind: str = ""
 
     def as_json(self, tz: tzinfo) -> dict[str, Any]:
         return {
@@ -159,6 +161,7 @@ class HeldGroup:
             "host_journal": self.journal,
             "host": self.host or None,
             "pid": self.pid,
+            "kind": self.kind or None,
             "not_configured_here": self.unknown_types,
         }
 
@@ -166,7 +169,8 @@ class HeldGroup:
         """``10 processing under run R, lease ends 2026-01-05 03:12 CET (then …)``."""
         plan = ", ".join(f"{t}: {a}" for t, a in self.on_unknown.items())
         where = f" on host {self.host}" + (f" (pid {self.pid})" if self.pid else "")
-        run = f"run {self.run_id or '(none)'}" + (where if self.host else "")
+        name = "worker" if self.kind == "worker" else "run"
+        run = f"{name} {self.run_id or '(none)'}" + (where if self.host else "")
         head = f"{self.count} processing under {run}"
         if self.host:
             head += ", whose session is gone"

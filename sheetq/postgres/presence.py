@@ -76,6 +76,7 @@ def held_groups(session: Session, settings: Settings, now: datetime) -> list[Hel
                 host=str(rows[0]["host"] or "") if gone else "",
                 pid=int(rows[0]["pid"]) if gone and rows[0]["pid"] is not None else None,
                 unknown_types=[t for t in sorted(types) if settings.type_config(t).handler is None],
+                kind=str(rows[0]["kind"] or "") if gone else "",
             )
         )
     return groups

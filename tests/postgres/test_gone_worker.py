@@ -68,10 +68,18 @@ def test_killed_worker_is_named_by_status_show_and_requeue(
     _wait_for(lambda: bool(_gone_groups()))  # the server notices the session ended
     (group,) = _gone_groups()
     assert group["run_id"] and str(group["run_id"]).startswith("worker_")
-    assert (group["count"], group["host"], group["pid"]) == (1, socket.gethostname(), worker.pid)
+    assert (group["count"], group["host"], group["pid"], group["kind"]) == (
+        1,
+        socket.gethostname(),
+        worker.pid,
+        "worker",
+    )
     assert group["lease_expired"] is False and group["on_unknown"] == {"job": "fail"}
     text = run_cli(["status"]).stdout
-    assert f"on host {socket.gethostname()} (pid {worker.pid}), whose session is gone" in text
+    assert (
+        f"1 processing under worker {group['run_id']} on host {socket.gethostname()} "
+        f"(pid {worker.pid}), whose session is gone" in " ".join(text.split())
+    )
 
     shown = run_cli(["show", task, "--json"])
     assert shown.code == 0, shown.stderr
