@@ -1,7 +1,8 @@
-"""A gone worker is named (docs/design.md §11): a worker killed with kill -9 mid-handler leaves a
-live claim, and PostgreSQL knows its session is gone: `status`, `show` and `requeue` say
-"processing under worker W on host H, whose session is gone" and when it is recovered,
-while recovery itself still waits for the lease. Through the CLI on a real server."""
+"""A gone worker is named (docs/design.md §11): a worker (or a `sheetq process` run) killed
+with kill -9 mid-handler leaves a live claim, and PostgreSQL knows its session is gone:
+`status`, `show` and `requeue` say "processing under worker W on host H, whose session is
+gone" and when it is recovered, while recovery itself still waits for the lease. Through
+the CLI on a real server."""
 
 from __future__ import annotations
 
@@ -44,7 +45,13 @@ def _gone_groups() -> list[dict[str, object]]:
 
 
 @pytest.mark.slow
-def test_killed_worker_is_named_by_status_show_and_requeue(
+@pytest.mark.parametrize(
+    ("command", "kind", "name"), [("worker", "worker", "worker"), ("process", "process", "run")]
+)
+def test_killed_run_is_named_by_status_show_and_requeue(
+    command: str,
+    kind: str,
+    name: str,
     pg_url: str,
     tmp_path: Path,
     handler_module: Callable[[str, str], Path],
@@ -58,7 +65,7 @@ def test_killed_worker_is_named_by_status_show_and_requeue(
     write_config('[types.job]\npython = "wh:run"\n')
     r = run_cli(["enqueue", "job", json.dumps({"n": 1}), "--json"])
     task = r.json()["task_id"]
-    worker = sheetq_proc("worker", log="worker.log")
+    worker = sheetq_proc(command, log="run.log")
     _wait_for(lambda: starts.exists() and task in starts.read_text())
     assert _gone_groups() == []  # alive: its claim is simply processing
 
@@ -67,30 +74,30 @@ def test_killed_worker_is_named_by_status_show_and_requeue(
     block.unlink()
     _wait_for(lambda: bool(_gone_groups()))  # the server notices the session ended
     (group,) = _gone_groups()
-    assert group["run_id"] and str(group["run_id"]).startswith("worker_")
+    assert str(group["run_id"]).startswith("worker_" if kind == "worker" else "run_")
     assert (group["count"], group["host"], group["pid"], group["kind"]) == (
         1,
         socket.gethostname(),
         worker.pid,
-        "worker",
+        kind,
     )
     assert group["lease_expired"] is False and group["on_unknown"] == {"job": "fail"}
     text = run_cli(["status"]).stdout
     assert (
-        f"1 processing under worker {group['run_id']} on host {socket.gethostname()} "
+        f"1 processing under {name} {group['run_id']} on host {socket.gethostname()} "
         f"(pid {worker.pid}), whose session is gone" in " ".join(text.split())
     )
 
     shown = run_cli(["show", task, "--json"])
     assert shown.code == 0, shown.stderr
     held = str(shown.json()["held"])
-    assert held.startswith(f"processing under worker {group['run_id']} on host ")
+    assert held.startswith(f"processing under {kind} {group['run_id']} on host ")
     assert "whose session is gone; recovered per on_unknown (fail) at " in held
     assert "whose session is gone" in run_cli(["show", task]).stderr
 
     refused = run_cli(["requeue", "--task", task, "--status", "processing"])
     assert refused.code == 2
-    assert f"worker {group['run_id']} on host {socket.gethostname()}" in refused.stderr
+    assert f"{kind} {group['run_id']} on host {socket.gethostname()}" in refused.stderr
     assert "is gone (its database session ended), but its lease holds until" in refused.stderr
     assert "then a run recovers it per on_unknown (fail), and it can be requeued" in (
         " ".join(refused.stderr.split())
