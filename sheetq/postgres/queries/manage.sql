@@ -35,17 +35,16 @@ changed AS (
         retry_count = CASE WHEN %(reset)s THEN 0 ELSE t.retry_count END
     FROM picked AS p
     WHERE NOT %(dry)s AND t.queue = %(queue)s AND t.task_id = p.task_id
-    RETURNING t.task_id
+    RETURNING t.task_id, p.type, p.status AS was, t.retry_count, p.created_at
 ),
-logged AS (
+logged AS (  -- from what the update returned: no join between the two (a plan's nested loop)
     INSERT INTO sheetq_log (queue, ts, task_id, type, event, status, retry_count, message, run_id)
-    SELECT %(queue)s, %(now)s, p.task_id, p.type, 'requeued', 'pending',
-           CASE WHEN %(reset)s THEN 0 ELSE p.retry_count END,
-           'requeued with `sheetq requeue` (was ' || p.status
+    SELECT %(queue)s, %(now)s, c.task_id, c.type, 'requeued', 'pending', c.retry_count,
+           'requeued with `sheetq requeue` (was ' || c.was
                || CASE WHEN %(reset)s THEN ', attempts reset)' ELSE ')' END,
            %(run_id)s
-    FROM picked AS p JOIN changed AS c ON c.task_id = p.task_id
-    ORDER BY p.created_at, p.task_id
+    FROM changed AS c
+    ORDER BY c.created_at, c.task_id
 )
 SELECT task_id, type, status, retry_count, error_class
 FROM picked ORDER BY created_at, task_id;
@@ -70,14 +69,14 @@ changed AS (
         updated_at = %(now)s, last_error = %(error)s
     FROM picked AS p
     WHERE NOT %(dry)s AND t.queue = %(queue)s AND t.task_id = p.task_id
-    RETURNING t.task_id
+    RETURNING t.task_id, p.type, t.retry_count, p.created_at
 ),
 logged AS (
     INSERT INTO sheetq_log (queue, ts, task_id, type, event, status, retry_count, message, run_id)
-    SELECT %(queue)s, %(now)s, p.task_id, p.type, 'skipped', 'skipped', p.retry_count,
+    SELECT %(queue)s, %(now)s, c.task_id, c.type, 'skipped', 'skipped', c.retry_count,
            %(message)s, %(run_id)s
-    FROM picked AS p JOIN changed AS c ON c.task_id = p.task_id
-    ORDER BY p.created_at, p.task_id
+    FROM changed AS c
+    ORDER BY c.created_at, c.task_id
 )
 SELECT task_id, type, status, retry_count, error_class
 FROM picked ORDER BY created_at, task_id;
