@@ -200,3 +200,38 @@ def _failed(url: str) -> int:
     with psycopg.connect(url) as conn:
         row = conn.execute("SELECT count(*) FROM sheetq_tasks WHERE status = 'failed'").fetchone()
     return int(row[0]) if row else 0
+
+
+def test_a_send_whose_mark_failed_is_not_sent_again_while_its_claim_holds(
+    pg_url: str, fake: FakeBotAPI, failing: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The message goes out but the server refuses the mark (its `alerted` log rows):
+    exit 1 saying so; a second `sheetq alert` at once sends nothing (the claim holds,
+    "sending until T"); after T the alerts go out again, and this time are marked."""
+    ids = _fail_without_alerts(monkeypatch, 2)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(
+            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+            " IF NEW.event = 'alerted' THEN RAISE EXCEPTION 'simulated crash'; END IF;"
+            " RETURN NEW; END $$"
+        )
+        conn.execute(
+            "CREATE TRIGGER refuse BEFORE INSERT ON sheetq_log FOR EACH ROW"
+            " EXECUTE FUNCTION refuse()"
+        )
+    first = run_cli(["alert", "--json"])
+    assert first.code == 1, first.stdout + first.stderr
+    assert first.json()["sent"] is True and first.json()["alerted"] == 0
+    assert "alerted_at not written" in first.stderr and "simulated crash" in first.stderr
+    assert len(fake.messages) == 1
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("DROP TRIGGER refuse ON sheetq_log")
+    held = run_cli(["alert", "--json"])
+    assert held.code == 0 and held.json()["locked"] is True, held.stdout + held.stderr
+    assert len(fake.messages) == 1
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # T has come
+        conn.execute("UPDATE sheetq_alert_claims SET until = clock_timestamp()")
+    again = run_cli(["alert", "--json"])
+    assert again.code == 0 and again.json()["alerted"] == 2, again.stdout + again.stderr
+    assert len(fake.messages) == 2 and _announced(fake) == {i: 2 for i in ids}
+    assert _alerted_rows(pg_url) == {i: 1 for i in ids}
