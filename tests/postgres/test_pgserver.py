@@ -70,8 +70,8 @@ def _name(url: str) -> str:
 
 
 def _fill_every_table(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A queue that was used: tasks, keys, log, archive, log archive, leases, mirror state;
-    a database setting; the log's identity sequence moved on."""
+    """A queue that was used: tasks, keys, log, archive, log archive, leases, mirror state,
+    an alert claim, a run; a database setting; the log's identity sequence moved on."""
     monkeypatch.setenv("SHEETQ_DATABASE_URL", url)
     assert run_cli(["init"]).code == 0
     monkeypatch.setenv("SHEETQ_NOW", "2026-01-01T00:00:00Z")
@@ -84,6 +84,11 @@ def _fill_every_table(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
         conn.execute("INSERT INTO sheetq_leases VALUES ('default', 'alert', 'T')")
         conn.execute("INSERT INTO sheetq_mirror VALUES ('default', 't_1', 'pending', '', 'd')")
         conn.execute("INSERT INTO sheetq_mirror_state (queue, token) VALUES ('default', 'T')")
+        conn.execute(
+            "INSERT INTO sheetq_alert_claims VALUES ('default', 'run_1', clock_timestamp(),"
+            " clock_timestamp())"
+        )
+        conn.execute("INSERT INTO sheetq_runs VALUES ('run_1', 'default', 'worker', 'h', 1, 1)")
         conn.execute(f'ALTER DATABASE "{_name(url)}" SET statement_timeout = 1234')
         tables = [
             t
