@@ -66,6 +66,7 @@ class Event(StrEnum):
     REQUEUED = "requeued"
     ALERTED = "alerted"
     ARCHIVED = "archived"
+    OUTCOME_REFUSED = "outcome_refused"  # a late outcome, refused (docs/design.md §11)
 
 
 # The first nine are the original Apps Script layout (adoptable by `init`).

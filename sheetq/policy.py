@@ -13,7 +13,8 @@ on the same generated cases and compares.
 * ``will_do`` — what recovery will do with a type's lost outcomes, in a person's words;
 * ``alert_order`` — the order of a digest's failures: auth failures first (a person must
   fix credentials), then by task id;
-* ``log_values`` — one QueueLog row's cells; ``result_cut`` — whether a result is cut.
+* ``log_values`` — one QueueLog row's cells; ``result_cut`` — whether a result is cut;
+* ``outcome_message`` — the log message of a finished attempt.
 """
 
 from __future__ import annotations
@@ -125,3 +126,18 @@ def result_cut(result: str) -> int:
     to ``MAX_RESULT_CHARS``, ending with ``…``); 0 if it fits."""
     length = len(printable(result.strip()))
     return length if length > MAX_RESULT_CHARS else 0
+
+
+def outcome_message(decision: Decision) -> str:
+    """The QueueLog message of a finished attempt: the result (cut to 200 characters) for
+    ``done``, else the decision's message; a cut result says so, and a ``failed``/``retry``
+    message starts with its error class (the log then says why on its own)."""
+    message = (
+        decision.message if decision.status is not Status.DONE else shorten(decision.result, 200)
+    )
+    cut = result_cut(decision.result)
+    if cut:
+        message = f"result cut to {MAX_RESULT_CHARS:,} of {cut:,} characters; {message}"
+    if decision.status in (Status.FAILED, Status.RETRY) and decision.error_class:
+        message = f"{decision.error_class}: {message}"
+    return message

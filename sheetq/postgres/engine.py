@@ -127,7 +127,6 @@ class PgQueue:
         from sheetq.postgres.runner import PgRunner
 
         runner = PgRunner(
-            self.store,
             self.settings,
             clock=clock,
             rng=rng,
@@ -139,6 +138,8 @@ class PgQueue:
             return runner.run(options)
         except (KeyboardInterrupt, Interrupted) as exc:
             raise stopped(exc, runner.summary, clock.monotonic() - began) from None
+        finally:
+            runner.close()
 
     def worker(
         self,

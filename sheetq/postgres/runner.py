@@ -2,13 +2,19 @@
 
 The same ``RunOptions``, ``RunSummary``, ``--json`` document and summary line as the sheet
 runner, on different machinery: no host lock, no run lease and no journal. Any number of
-runs and workers share the queue; each claim is one transaction with ``FOR UPDATE SKIP
-LOCKED`` (``sheetq.postgres.queue.claim``), and each outcome commits the moment its handler
-returns, fenced by the lease (``settle``). A run claims a task only when it is about to
-start it (one handler at a time here), so after a kill only the running task's outcome is
-unknown (recovered per ``on_unknown`` when its lease ends) and no claimed-but-unstarted
-task is charged an attempt. A batch (``--batch-size``) is up to that many tasks claimed
-one after another; ``--max-batches`` and ``--until-empty`` count those batches.
+runs and workers share the queue; a claim is one statement (``sheetq.postgres.run``), and
+each outcome commits the moment its handler returns, fenced by the lease. A run claims a
+task only when it is about to start it (one handler at a time here), so after a kill only
+the running task's outcome is unknown (recovered per ``on_unknown`` when its lease ends)
+and no claimed-but-unstarted task is charged an attempt. A batch (``--batch-size``) is up
+to that many tasks claimed one after another, after recovering the expired leases and
+failing the tasks past ``max_age`` of the types this run is configured for;
+``--max-batches`` and ``--until-empty`` count those batches.
+
+A lost connection (a restart, a failover, ``pg_terminate_backend``) loses no finished
+outcome: the run reconnects with backoff (``RECONNECT``, about a minute in all) and writes
+the outcome it holds, still fenced by its lease; only when that runs out does the run
+break (exit 1), and then the lease recovers the task.
 
 Running a task (rate limit, handler, ``on_unknown``, the retry decision, the breaker) is
 ``sheetq.execute.Executor``'s, shared with the sheet runner; writing it is here.
@@ -21,35 +27,42 @@ import random
 import threading
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from sheetq.clock import Clock
-from sheetq.config import Settings
-from sheetq.errors import Interrupted
+from sheetq.config import Settings, TypeConfig
+from sheetq.errors import Interrupted, StoreUnavailable
 from sheetq.execute import Executor
 from sheetq.model import new_run_id
-from sheetq.postgres import alerts as pg_alerts
-from sheetq.postgres import hotpath, presence
-from sheetq.postgres import queue as pgq
-from sheetq.sheet.plan import BatchPlan, Claim, complete, release
-from sheetq.sheet.store import ChangeSet, UpdateRow, WorkbookInfo
+from sheetq.postgres.run import (
+    Claimed,
+    PgClaim,
+    Recovery,
+    RunDb,
+    ServerClock,
+    Settle,
+    configured,
+    finished,
+    released,
+    runnable,
+)
 from sheetq.summary import RunOptions, RunSummary
-from sheetq.times import format_ts
 
 if TYPE_CHECKING:
     from sheetq.port import Notifier
-    from sheetq.postgres.store import PgStore
 
 log = logging.getLogger("sheetq.runner")
 
-_IDLE_CLAIMS = 1000  # claims in a row that only recovered or expired rows, before giving up
+_IDLE_CLAIMS = 1000  # recovery passes in a row that found work but no claim, before giving up
+RECONNECT = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0)  # seconds between reconnects (with jitter)
+T = TypeVar("T")
 
 
 class PgTasks:
     """What the PostgreSQL ``process`` run and ``worker`` share: one run id, one summary, one
-    ``Executor`` (breaker, rate limits, counts), and running one claimed task to its
-    committed outcome. Thread-safe: ``start`` may run in several threads, each with its own
-    store (psycopg connections are not for concurrent use)."""
+    ``Executor`` (breaker, rate limits, counts) on the database's time, and running one
+    claimed task to the write of its outcome. Thread-safe: ``run_claim`` may run in several
+    threads; writing is the caller's (one connection, one thread)."""
 
     def __init__(
         self,
@@ -62,7 +75,7 @@ class PgTasks:
         on_progress: Callable[[str], None] | None = None,
     ) -> None:
         self.settings = settings
-        self.clock = clock
+        self.clock = ServerClock(clock)  # its ``db`` is set once connected
         self.rng = rng or random.Random()
         self.notifier = notifier
         self.run_id = run_id or new_run_id()
@@ -71,7 +84,7 @@ class PgTasks:
         self._refused = 0
         self.executor = Executor(
             settings,
-            clock=clock,
+            clock=self.clock,
             rng=self.rng,
             summary=self.summary,
             note=self._note_locked,
@@ -89,77 +102,48 @@ class PgTasks:
             self.summary.notes.append(message)
             log.info(message)
 
-    def count_plan(self, plan: BatchPlan) -> None:
-        """Count a claim's side effects: recoveries, expiries, requeues, duplicate skips."""
+    def count_recovery(self, recovery: Recovery) -> None:
+        """Count a recovery pass: recovered, failed of them, expired, reconciles held."""
         with self._lock:
-            self.summary.recovered += plan.recovered
-            self.summary.expired += plan.expired
-            self.summary.requeued += plan.requeued
-            self.summary.skipped += plan.skipped
-            self.summary.failed += plan.failed
-            self.summary.claimed += len(plan.claims)
-        for claim in plan.claims:
-            row = claim.row
-            log.info(
-                "claimed %s %s (%s)",
-                row.task_id,
-                row.type,
-                "reconcile" if claim.reconcile else f"attempt {row.retry_count + 1}",
-            )
+            self.summary.recovered += recovery.recovered
+            self.summary.failed += recovery.failed
+            self.summary.expired += recovery.expired
+            self.summary.claimed += len(recovery.reconciles)
+        for claim in recovery.reconciles:
+            log.info("claimed %s %s (reconcile)", claim.task_id, claim.type)
 
-    def claim(self, store: PgStore, batch_size: int, options: RunOptions) -> BatchPlan:
-        """Claim up to ``batch_size`` tasks in one transaction (``hotpath.turn``)."""
-        _, plan = hotpath.turn(
-            store,
-            [],
-            run_id=self.run_id,
-            now=self.clock.now(),
-            batch_size=batch_size,
-            types=tuple(options.types),
-            open_circuits=tuple(self.executor.open_circuits),
-            settings=self.settings,
+    def count_claim(self, claimed: Claimed) -> None:
+        """Count a claim: the tasks claimed, duplicate losers skipped."""
+        with self._lock:
+            self.summary.skipped += claimed.skipped
+            self.summary.claimed += len(claimed.claims)
+        for claim in claimed.claims:
+            log.info("claimed %s %s (attempt %d)", claim.task_id, claim.type, claim.retry_count + 1)
+
+    def runnable(self, options: RunOptions) -> list[TypeConfig]:
+        """The types a claim may take now (a handler, selected, circuit closed)."""
+        return runnable(self.settings, tuple(options.types), self.executor.open_circuits)
+
+    def recover(self, db: RunDb, options: RunOptions, reconcile_limit: int) -> Recovery:
+        """Recover expired leases and fail tasks past ``max_age``, of the types this run is
+        configured for (and ``--type``); counted."""
+        recovery = db.recover(
+            self.run_id,
+            configured(self.settings, tuple(options.types)),
             rng=self.rng,
+            blocked=frozenset(self.executor.open_circuits),
+            reconcile_limit=reconcile_limit,
         )
-        assert plan is not None
-        self.count_plan(plan)
-        return plan
+        self.count_recovery(recovery)
+        return recovery
 
-    def settle(self, store: PgStore, claim: Claim, outcome: ChangeSet) -> None:
-        """Commit one finished attempt, fenced by its lease (``hotpath.turn``, no claim)."""
-        landed, _ = hotpath.turn(
-            store,
-            [(outcome, True)],
-            run_id=self.run_id,
-            now=self.clock.now(),
-            batch_size=0,
-            types=(),
-            open_circuits=(),
-            settings=self.settings,
-            rng=self.rng,
-        )
-        self.settled(claim, True, landed[0])
-
-    # --- one task --------------------------------------------------------------------
-
-    def give_back(self, store: PgStore, claim: Claim, reason: str) -> None:
-        """Release a claimed task that did not start: previous status, no attempt."""
-        changes = self.release_changes(claim, reason)
-        self.settled(claim, False, pgq.release(store, changes, self.run_id))
-
-    def release_changes(self, claim: Claim, reason: str) -> ChangeSet:
-        """The change set giving ``claim`` back unstarted (``sheetq.sheet.plan.release``)."""
-        log.info("released %s: %s", claim.row.task_id, reason)
-        return release(
-            claim, now=self.clock.now(), run_id=self.run_id, reason=reason, settings=self.settings
-        )
-
-    def settled(self, claim: Claim, refuse: bool, landed: bool) -> None:
+    def settled(self, outcome: Settle, landed: bool) -> None:
         """Count an outcome once its transaction committed: a release that landed, or a
         finished attempt refused because its lease had run out."""
-        if landed and not refuse:
+        if landed and outcome.release:
             with self._lock:
                 self.summary.released += 1
-        elif not landed and refuse:
+        elif not landed and outcome.refuse:
             with self._lock:
                 self._refused += 1
                 self._note_locked(
@@ -167,136 +151,89 @@ class PgTasks:
                     "another run recovered the task (logged in QueueLog, not written)"
                 )
 
-    def run_claim(
-        self,
-        claim: Claim,
-        lease_until: datetime,
-        *,
-        stopping: Callable[[], bool] = lambda: False,
-    ) -> tuple[ChangeSet, bool]:
-        """Run one claimed task (or decide to give it back unstarted: its circuit opened, its
-        lease would run out first, or ``stopping()`` says so before the handler starts) and
-        return what to write, unwritten: ``(changes, refuse)``, ``refuse`` true for a
-        finished attempt (``sheetq.sheet.plan.complete``), false for a release."""
-        row = claim.row
-        config = self.settings.type_config(row.type)
-        reason = self.executor.cannot_start(row, config, lease_until, out_of_time=False)
+    # --- one task --------------------------------------------------------------------
+
+    def release(self, claim: PgClaim, reason: str) -> Settle:
+        """The write giving ``claim`` back unstarted."""
+        log.info("released %s: %s", claim.task_id, reason)
+        return released(claim, run_id=self.run_id, reason=reason)
+
+    def why_not(self, claim: PgClaim, lease_until: datetime, stopping: Callable[[], bool]) -> str:
+        """Why ``claim`` may not start now (``""``: it may), after its rate-limit wait."""
+        config = self.settings.type_config(claim.type)
+        reason = self.executor.cannot_start(claim, config, lease_until, out_of_time=False)
         if not reason:
             self.executor.wait_rate_limit(config)
             reason = "the worker is stopping" if stopping() else ""
-        if reason:
-            return self.release_changes(claim, reason), False
+        return reason
+
+    def execute(self, claim: PgClaim) -> Settle:
+        """Run the claimed task's handler (or reconcile check) and decide its outcome."""
+        config = self.settings.type_config(claim.type)
         executed = self.executor.execute(
-            row, row.raw.text("payload_json"), config, reconcile=claim.reconcile
+            claim, claim.payload_json, config, reconcile=claim.reconcile
         )
-        outcome = complete(
+        return finished(
             claim,
             executed.decision,
             config=config,
             now=self.clock.now(),
             run_id=self.run_id,
             duration_ms=executed.duration_ms,
-            settings=self.settings,
             event=executed.event,
         )
-        return outcome, True
 
-    def start(
+    def run_claim(
         self,
-        store: PgStore,
-        claim: Claim,
+        claim: PgClaim,
         lease_until: datetime,
         *,
         stopping: Callable[[], bool] = lambda: False,
-    ) -> None:
-        """Run one claimed task and commit its outcome (``run_claim``, then ``settle`` or
-        ``release`` in one transaction). On SIGINT/SIGTERM while the handler runs
-        (``Interrupted`` or ``KeyboardInterrupt`` in this thread), the task's lease is ended
-        now, so the next claimer recovers it per ``on_unknown``, and the exception goes on."""
-        row = claim.row
-        config = self.settings.type_config(row.type)
-        started = False
-        outcome: ChangeSet | None = None
-        try:
-            reason = self.executor.cannot_start(row, config, lease_until, out_of_time=False)
-            if not reason:
-                self.executor.wait_rate_limit(config)
-                reason = "the worker is stopping" if stopping() else ""
-            if reason:
-                self.give_back(store, claim, reason)
-                return
-            started = True
-            executed = self.executor.execute(
-                row, row.raw.text("payload_json"), config, reconcile=claim.reconcile
-            )
-            outcome = complete(
-                claim,
-                executed.decision,
-                config=config,
-                now=self.clock.now(),
-                run_id=self.run_id,
-                duration_ms=executed.duration_ms,
-                settings=self.settings,
-                event=executed.event,
-            )
-            self.settle(store, claim, outcome)
-        except (KeyboardInterrupt, Interrupted):
-            self._interrupted(store, claim, started, outcome)
-            raise
-
-    def _interrupted(
-        self, store: PgStore, claim: Claim, started: bool, outcome: ChangeSet | None
-    ) -> None:
-        if not started:
-            self.give_back(store, claim, "the run was interrupted")
-            return
-        if outcome is not None:
-            # the handler had returned: its outcome is known; write it unless it landed
-            pgq.release(store, outcome, self.run_id)
-            return
-        end = ChangeSet(
-            updates=[
-                UpdateRow(
-                    self.settings.queue_sheet,
-                    claim.row.task_id,
-                    claim.row.row,
-                    {"lease_until": format_ts(self.clock.now())},
-                )
-            ]
-        )
-        pgq.release(store, end, self.run_id)
-        self.summary.interrupted = claim.row.task_id
+    ) -> Settle:
+        """Run one claimed task, or give it back unstarted (its circuit opened, its lease
+        would run out first, or ``stopping()`` says so before the handler starts), and
+        return what to write, unwritten."""
+        reason = self.why_not(claim, lease_until, stopping)
+        if reason:
+            return self.release(claim, reason)
+        return self.execute(claim)
 
     # --- alerts ------------------------------------------------------------------------
 
-    def alerts(self, store: PgStore, info: WorkbookInfo) -> None:
-        """Send the owed failure alerts through the queue's alert claim (one digest at a
-        time per queue, no transaction open while Telegram answers) and count them."""
+    def alerts(self, db: RunDb) -> None:
+        """Send the owed failure alerts (one digest at a time per queue) and count them."""
         if self.notifier is None:
+            owed = db.owed_count()
             with self._lock:
-                self.summary.alerts_owed = pg_alerts.owed_count(store)
+                self.summary.alerts_owed = owed
             return
-        digest = pg_alerts.send_owed(
-            store, self.notifier, title=info.title, run_id=self.run_id, now=self.clock.now
-        )
-        report = digest.report
-        if digest.owed is None:  # another run is sending them: they are owed until it marks
-            left = pg_alerts.owed_count(store)
-        else:
-            left = digest.owed if digest.mark_error else digest.owed - digest.covered
+        from sheetq.postgres import queue as pgq  # the alert digest (moving to alerts.py)
+        from sheetq.postgres.store import PgStore
+
+        store = PgStore(self.settings)
+        try:
+            sent, owed, notes = pgq.send_owed_alerts(
+                store,
+                settings=self.settings,
+                info=store.open(),
+                notifier=self.notifier,
+                now=self.clock.now,
+                run_id=self.run_id,
+            )
+        finally:
+            store.close()
         with self._lock:
-            self.summary.alerts_sent += digest.covered
-            self.summary.alerts_owed = left
-            for note in [*(report.notes if report else []), *digest.notes]:
+            self.summary.alerts_sent += sent
+            self.summary.alerts_owed = owed
+            for note in notes:
                 self._note_locked(note)
 
 
 class PgRunner:
-    """``sheetq process`` against a ``PgStore``. Time and randomness are injected."""
+    """``sheetq process`` on a PostgreSQL queue. Time and randomness are injected."""
 
     def __init__(
         self,
-        store: PgStore,
         settings: Settings,
         *,
         clock: Clock,
@@ -305,8 +242,6 @@ class PgRunner:
         run_id: str | None = None,
         on_progress: Callable[[str], None] | None = None,
     ) -> None:
-        self.store = store
-        hotpath.hot_session(store.conn)
         self.settings = settings
         self.clock = clock
         self.tasks = PgTasks(
@@ -319,30 +254,35 @@ class PgRunner:
         )
         self.run_id = self.tasks.run_id
         self.summary = self.tasks.summary
+        self.db = RunDb(settings, clock)
+        self.tasks.clock.db = self.db
         self._started = 0.0
+
+    def close(self) -> None:
+        self.db.close()
 
     def run(self, options: RunOptions) -> RunSummary:
         """One run. Returns the summary; raises ``SheetqError`` when the run itself broke and
         ``Interrupted`` on SIGINT/SIGTERM (after ending the running task's lease)."""
         self._started = self.clock.monotonic()
-        info = self.store.open()
-        presence.announce(self.store, run_id=self.run_id, kind="process")
+        self.db.open()
+        self.db.hot()
         if options.dry_run:
             self._dry_run(options)
         else:
             self.tasks.executor.end_orphans()  # before any recovery: docs/design.md §5
             self._loop(options)
-        self.summary.without_handler = pgq.without_handler(
-            self.store, self.settings, tuple(options.types)
+        self.summary.without_handler = self._retrying(
+            lambda: self.db.without_handler(tuple(options.types))
         )
         if not options.dry_run:
-            self.tasks.alerts(self.store, info)
+            self._retrying(lambda: self.tasks.alerts(self.db))
         return self._finish()
 
     def _finish(self) -> RunSummary:
         self.summary.seconds = self.clock.monotonic() - self._started
         self.summary.open_circuits = dict(self.tasks.executor.open_circuits)
-        self.summary.requests = self.store.requests_made
+        self.summary.requests = self.db.requests_made
         log.info(
             "run %s: %.2fs, %d transaction(s)",
             self.run_id,
@@ -350,6 +290,24 @@ class PgRunner:
             self.summary.requests,
         )
         return self.summary
+
+    def _retrying(self, step: Callable[[], T]) -> T:
+        """``step()``, again after a reconnect when the connection was lost (``RECONNECT``:
+        backoff with jitter); ``StoreUnavailable`` once those run out."""
+        for delay in (*RECONNECT, None):
+            try:
+                return step()
+            except StoreUnavailable as exc:
+                if delay is None:
+                    raise
+                log.warning("lost the PostgreSQL connection (%s); reconnecting", _first(exc))
+                self.clock.sleep(delay * self.tasks.rng.uniform(0.75, 1.25))
+                try:
+                    self.db.reconnect()
+                    self.db.hot()
+                except StoreUnavailable as again:
+                    log.warning("%s", _first(again))
+        raise AssertionError("unreachable")
 
     def _out_of_time(self, options: RunOptions) -> bool:
         return (
@@ -368,31 +326,51 @@ class PgRunner:
                 return
 
     def _batch(self, options: RunOptions) -> bool:
-        """Up to ``batch_size`` tasks, each claimed as it is about to start. ``False``:
-        nothing was due."""
+        """Recover, then up to ``batch_size`` tasks, each claimed as it is about to start.
+        ``False``: nothing was due."""
         taken = 0
         idle = 0
         while taken < options.batch_size and idle < _IDLE_CLAIMS:
             if taken and self._out_of_time(options):
                 break
-            plan = self.tasks.claim(self.store, 1, options)
-            if not plan.claims:
-                if not plan.has_work:
+            recovery = self._retrying(lambda: self.tasks.recover(self.db, options, 1))
+            if recovery.reconciles:
+                claimed = Claimed(recovery.reconciles[:1], recovery.lease_until)
+            else:
+                claimed = self._retrying(
+                    lambda: self.db.claim(self.run_id, 1, self.tasks.runnable(options))
+                )
+                self.tasks.count_claim(claimed)
+            if not claimed.claims:
+                if not (recovery.has_work or claimed.skipped):
                     break
                 idle += 1  # recoveries / expiries only: there may be due tasks behind them
                 continue
             if taken == 0:
                 self.summary.batches += 1
             taken += 1
-            assert plan.lease_until is not None
-            for claim in plan.claims:
-                self._start(claim, plan.lease_until)
+            assert claimed.lease_until is not None
+            for claim in claimed.claims:
+                self._start(claim, claimed.lease_until)
         return taken > 0
 
-    def _start(self, claim: Claim, lease_until: datetime) -> None:
+    def _write(self, outcome: Settle) -> None:
+        landed = self._retrying(lambda: self.db.settle(self.run_id, [outcome]))
+        self.tasks.settled(outcome, landed[0])
+
+    def _start(self, claim: PgClaim, lease_until: datetime) -> None:
+        started = False
+        outcome: Settle | None = None
         try:
-            self.tasks.start(self.store, claim, lease_until)
+            reason = self.tasks.why_not(claim, lease_until, lambda: False)
+            if reason:
+                self._write(self.tasks.release(claim, reason))
+                return
+            started = True
+            outcome = self.tasks.execute(claim)
+            self._write(outcome)
         except (KeyboardInterrupt, Interrupted) as exc:
+            self._interrupted(claim, started, outcome)
             code = exc.exit_code if isinstance(exc, Interrupted) else 130
             current = (
                 f"{self.summary.interrupted}: its outcome is unknown and the next run recovers "
@@ -404,31 +382,31 @@ class PgRunner:
                 f"{current}{self.summary.released} unstarted task(s) released", code
             ) from None
 
+    def _interrupted(self, claim: PgClaim, started: bool, outcome: Settle | None) -> None:
+        """SIGINT/SIGTERM: an unstarted task goes back; a finished one's outcome is written
+        (unless it landed); a running one's lease ends now, so the next run recovers it."""
+        if not started:
+            self._write(self.tasks.release(claim, "the run was interrupted"))
+        elif outcome is not None:
+            self.db.settle(self.run_id, [outcome])
+        else:
+            self.db.end_lease(self.run_id, claim.task_id)
+            self.summary.interrupted = claim.task_id
+
     def _dry_run(self, options: RunOptions) -> None:
-        plan = pgq.claim(
-            self.store,
-            run_id=self.run_id,
-            now=self.clock.now(),
-            batch_size=options.batch_size,
-            types=tuple(options.types),
-            open_circuits=(),
-            settings=self.settings,
-            rng=self.tasks.rng,
-            dry_run=True,
-        )
-        self.summary.recovered = plan.recovered
-        self.summary.expired = plan.expired
-        self.summary.requeued = plan.requeued
-        self.summary.skipped = plan.skipped
-        for claim in plan.claims:
-            row = claim.row
+        for claim in self.db.peek(options.batch_size, self.tasks.runnable(options)):
             self.summary.would_claim.append(
                 {
-                    "task_id": row.task_id,
-                    "type": row.type,
+                    "task_id": claim.task_id,
+                    "type": claim.type,
                     "status": str(claim.previous),
-                    "attempt": row.retry_count + 1,
+                    "attempt": claim.retry_count + 1,
                     "row": None,
                     "reconcile": claim.reconcile,
                 }
             )
+
+
+def _first(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

@@ -2,11 +2,13 @@
 
 Up to ``concurrency`` handlers run at once, each in its own thread; handler threads never
 touch the database. The main thread owns one connection and, in ONE transaction per turn
-(``sheetq.postgres.hotpath.turn``: two statements), settles every outcome that finished
-since the last turn (each fenced by its lease, with its log row: group commit; a turn
-waits up to ``LINGER`` for handlers still running, so one commit carries them too) and
-claims as many tasks as there are free handler slots; then it hands the claims to the
-freed threads. So each claimed task starts at once, a kill leaves only started tasks
+(``sheetq.postgres.run.RunDb.settle_and_claim``: the settle statement and the claim
+statement), settles every outcome that finished since the last turn (each fenced by its
+lease, with its log row: group commit; a turn waits up to ``LINGER`` for handlers still
+running, so one commit carries them too) and claims as many tasks as there are free handler
+slots; then it hands the claims to the freed threads. Every ``poll`` seconds it first
+recovers expired leases and fails tasks past ``max_age``, of the types it is configured
+for (``--type``). So each claimed task starts at once, a kill leaves only started tasks
 outcome-unknown, and a busy worker commits once per turn, not twice per task. It sleeps
 until a handler finishes, a ``NOTIFY sheetq`` for this queue arrives (a separate
 autocommit connection listens; the schema's trigger notifies when a task becomes
@@ -41,12 +43,9 @@ from sheetq.config import Settings
 from sheetq.errors import StoreUnavailable
 from sheetq.handlers.groups import end_running
 from sheetq.model import new_run_id
-from sheetq.postgres import hotpath, presence
+from sheetq.postgres.run import PgClaim, RunDb, Settle
 from sheetq.postgres.runner import PgTasks
-from sheetq.postgres.store import PgStore
 from sheetq.redact import plural
-from sheetq.sheet.plan import Claim
-from sheetq.sheet.store import ChangeSet
 from sheetq.summary import RunOptions, RunSummary
 from sheetq.times import format_ts
 
@@ -101,6 +100,7 @@ class PgWorker:
     ) -> None:
         self._stop = threading.Event()
         self.settings = settings
+        self._raw_clock = clock  # the database's session clock follows it (a test clock)
         self.clock: Clock = _StoppableClock(clock, self._stop)
         self.concurrency = max(1, concurrency)
         self.options = RunOptions(batch_size=self.concurrency, max_batches=None, types=types)
@@ -119,9 +119,8 @@ class PgWorker:
         self._idle = threading.Event()  # set when no handler is running
         self._lock = threading.Lock()
         self._running = 0
-        self._finished: list[_Outcome] = []  # outcomes waiting for the next turn
+        self._finished: list[Settle] = []  # outcomes waiting for the next turn
         self._active: dict[str, datetime] = {}  # task id → lease end, handler running
-        self._requests = 0  # transactions on connections since lost
 
     # --- control -----------------------------------------------------------------------
 
@@ -162,13 +161,7 @@ class PgWorker:
     def run(self, *, on_ready: Callable[[], None] | None = None) -> RunSummary:
         """Run until ``stop()``; returns the summary. ``on_ready`` is called once listening."""
         started = self.clock.monotonic()
-        store = self._new_store()
-        try:
-            info = store.open()  # the schema check: an older schema or no privilege stops here
-            self._announce(store)
-        except BaseException:
-            store.close()
-            raise
+        db = self._new_db()
         threads = [threading.Thread(target=self._listen, name="sheetq-listen", daemon=True)]
         if self.settings.spreadsheet:
             threads.append(threading.Thread(target=self._mirror, name="sheetq-mirror", daemon=True))
@@ -176,9 +169,10 @@ class PgWorker:
             thread.start()
         pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="sheetq-handler")
         next_alert = 0.0
+        next_recovery = 0.0
         next_orphans = 0.0  # when to look again for groups a killed run left (real time)
         failures_seen = -1
-        pending: list[_Outcome] = []
+        pending: list[Settle] = []
         log.info(
             "worker %s: up to %d handler(s) on queue %r",
             self.tasks.run_id,
@@ -201,18 +195,19 @@ class PgWorker:
                     self.tasks.executor.end_orphans()
                     next_orphans = time.monotonic() + self.poll
                 try:
-                    more = self._turn(store, pool, pending)
+                    if not self.stopping and self.clock.monotonic() >= next_recovery:
+                        self._recover(db, pool)
+                        next_recovery = self.clock.monotonic() + self.poll
+                    more = self._turn(db, pool, pending)
                     pending = []
                     failures = self.summary.failed
                     if failures != failures_seen and self.clock.monotonic() >= next_alert:
-                        self.tasks.alerts(store, info)
+                        self.tasks.alerts(db)
                         failures_seen = failures if not self.summary.alerts_owed else -1
                         next_alert = self.clock.monotonic() + ALERT_EVERY
                 except StoreUnavailable as exc:
-                    found = self._reconnect(store, exc)
-                    if found is None:
+                    if not self._reconnect(db, exc):
                         break  # stopping while the database is away: leases expire
-                    store = found
                     continue
                 if more and not self.stopping:
                     continue  # slots free and tasks may still be due: claim again at once
@@ -223,12 +218,12 @@ class PgWorker:
             self._wake.set()
         if not pending and not self._finished:
             with contextlib.suppress(StoreUnavailable):
-                self.tasks.alerts(store, info)
+                self.tasks.alerts(db)
         self.summary.seconds = self.clock.monotonic() - started
         self.summary.open_circuits = dict(self.tasks.executor.open_circuits)
-        self.summary.requests = self._requests + store.requests_made
+        self.summary.requests = db.requests_made
         with contextlib.suppress(Exception):  # closing at exit; nothing left to save
-            store.close()
+            db.close()
         for thread in threads:  # a mirror pass under way finishes its write
             thread.join(MIRROR_JOIN)
         return self.summary
@@ -244,60 +239,63 @@ class PgWorker:
         if linger and not self.stopping:
             self._idle.wait(LINGER)
 
-    def _turn(self, store: PgStore, pool: ThreadPoolExecutor, pending: list[_Outcome]) -> bool:
+    def _free(self) -> int:
+        with self._lock:
+            return 0 if self.stopping else self.concurrency - self._running
+
+    def _recover(self, db: RunDb, pool: ThreadPoolExecutor) -> None:
+        """Recover expired leases and fail tasks past ``max_age`` (the types this worker is
+        configured for); reconcile checks it now holds start at once in free slots."""
+        recovery = self.tasks.recover(db, self.options, max(0, self._free()))
+        if recovery.reconciles:
+            assert recovery.lease_until is not None
+            self._hand_out(pool, recovery.reconciles, recovery.lease_until)
+
+    def _hand_out(self, pool: ThreadPoolExecutor, claims: list[PgClaim], until: datetime) -> None:
+        self.summary.batches += 1
+        with self._lock:
+            self._running += len(claims)
+        for claim in claims:
+            pool.submit(self._job, claim, until)
+
+    def _turn(self, db: RunDb, pool: ThreadPoolExecutor, pending: list[Settle]) -> bool:
         """One transaction: settle ``pending`` (group commit) and claim up to the free
         slots; then hand the claims to handler threads. Returns whether to claim again at
         once."""
-        with self._lock:
-            free = 0 if self.stopping else self.concurrency - self._running
+        free = self._free()
         if free <= 0 and not pending:
             return False
-        landed, plan = hotpath.turn(
-            store,
-            [(o.changes, o.refuse) for o in pending],
-            run_id=self.run_id,
-            now=self.clock.now(),
-            batch_size=max(0, free),
-            types=self.options.types,
-            open_circuits=tuple(self.tasks.executor.open_circuits),
-            settings=self.settings,
-            rng=self.tasks.rng,
+        landed, claimed = db.settle_and_claim(
+            self.run_id, pending, max(0, free), self.tasks.runnable(self.options)
         )
         for outcome, ok in zip(pending, landed, strict=True):
-            self.tasks.settled(outcome.claim, outcome.refuse, ok)
-        if plan is None:
+            self.tasks.settled(outcome, ok)
+        if free <= 0:
             return False
-        self.tasks.count_plan(plan)
-        if plan.claims:
-            self.summary.batches += 1
-            assert plan.lease_until is not None
-            with self._lock:
-                self._running += len(plan.claims)
-            for claim in plan.claims:
-                pool.submit(self._job, claim, plan.lease_until)
-        # every free slot filled: more may be due; only recoveries or expiries: tasks may be
+        self.tasks.count_claim(claimed)
+        if claimed.claims:
+            assert claimed.lease_until is not None
+            self._hand_out(pool, claimed.claims, claimed.lease_until)
+        # every free slot filled: more may be due; duplicate losers skipped: tasks may be
         # due behind them. Otherwise nothing is due until a wake-up or the next poll.
-        return len(plan.claims) == free or (plan.has_work and not plan.claims)
+        return len(claimed.claims) == free or bool(claimed.skipped)
 
-    def _job(self, claim: Claim, lease_until: datetime) -> None:
+    def _job(self, claim: PgClaim, lease_until: datetime) -> None:
         """A handler thread: run the task; its outcome is written by the main thread."""
-        outcome: _Outcome | None = None
+        outcome: Settle | None = None
         with self._lock:
-            self._active[claim.row.task_id] = lease_until
+            self._active[claim.task_id] = lease_until
         try:
-            changes, refuse = self.tasks.run_claim(
-                claim, lease_until, stopping=lambda: self.stopping
-            )
-            outcome = _Outcome(claim, changes, refuse)
+            outcome = self.tasks.run_claim(claim, lease_until, stopping=lambda: self.stopping)
         except Exception as exc:  # the task keeps its lease; the next claimer recovers it
-            log.error("%s: %s: %s", claim.row.task_id, type(exc).__name__, exc)
+            log.error("%s: %s: %s", claim.task_id, type(exc).__name__, exc)
             self.tasks.note(
-                f"{claim.row.task_id}: outcome not written ({type(exc).__name__}); "
+                f"{claim.task_id}: outcome not written ({type(exc).__name__}); "
                 "recovered when its lease ends"
             )
         finally:
             with self._lock:
-                self._active.pop(claim.row.task_id, None)
+                self._active.pop(claim.task_id, None)
                 if outcome is not None:
                     self._finished.append(outcome)
                 self._running -= 1
@@ -307,42 +305,38 @@ class PgWorker:
 
     # --- connections -------------------------------------------------------------------------
 
-    def _new_store(self) -> PgStore:
-        store = PgStore(self.settings)
+    def _new_db(self) -> RunDb:
+        """The main thread's connection: schema checked (an older schema or no privilege
+        stops here), clocks measured, generic plans."""
+        db = RunDb(self.settings, self._raw_clock)
         try:
-            hotpath.hot_session(store.conn)
+            db.open()
+            db.hot()
         except BaseException:
-            store.close()
+            db.close()
             raise
-        return store
+        self.tasks.clock.db = db
+        return db
 
-    def _announce(self, store: PgStore) -> None:
-        """Hold this worker's presence lock on the store's session (docs/design.md §11 "A
-        gone worker is named"); again on every new connection."""
-        presence.announce(store, run_id=self.run_id, kind="worker")
-
-    def _reconnect(self, lost: PgStore, exc: Exception) -> PgStore | None:
+    def _reconnect(self, db: RunDb, exc: Exception) -> bool:
         """Back off (1 s, 2 s, … ``BACKOFF_MAX``, with jitter) and reconnect until the
-        database answers. ``None``: the worker stopped while it was away."""
+        database answers. ``False``: the worker stopped while it was away."""
         log.warning("lost the PostgreSQL connection (%s); reconnecting", _first_line(exc))
-        self._requests += lost.requests_made
-        with contextlib.suppress(Exception):  # already broken
-            lost.close()
         delay = 1.0
         while True:
             self.clock.sleep(delay * self.tasks.rng.uniform(0.75, 1.25))
             try:
-                store = self._new_store()
-                self._announce(store)
+                db.reconnect()
+                db.hot()
             except StoreUnavailable as again:
                 if self.stopping:
-                    return None
+                    return False
                 log.warning("%s; next try in about %gs", _first_line(again), delay)
                 delay = min(BACKOFF_MAX, delay * 2)
                 continue
             log.info("reconnected to PostgreSQL")
             self._wake.set()
-            return store
+            return True
 
     def _listen(self) -> None:
         """Wake the loop on ``NOTIFY sheetq`` naming this queue; reconnects with backoff
@@ -398,17 +392,6 @@ class PgWorker:
                     log.info("mirror: %s", warning)
                 log.info(report.line())
             self._stop.wait(max(0.1, self.settings.mirror_interval))
-
-
-class _Outcome:
-    """A finished handler's unwritten outcome: ``refuse`` for an attempt, not a release."""
-
-    __slots__ = ("changes", "claim", "refuse")
-
-    def __init__(self, claim: Claim, changes: ChangeSet, refuse: bool) -> None:
-        self.claim = claim
-        self.changes = changes
-        self.refuse = refuse
 
 
 def _first_line(exc: BaseException) -> str:

@@ -27,7 +27,7 @@ from sheetq.model import (
     Event,
     Status,
 )
-from sheetq.policy import due_since, expiry, is_due, log_values, recover, result_cut
+from sheetq.policy import due_since, expiry, is_due, log_values, outcome_message, recover
 from sheetq.redact import printable, shorten
 from sheetq.retry import Decision
 from sheetq.sheet.store import AppendRow, CellValue, ChangeSet, Row, UpdateRow, cell_text
@@ -498,14 +498,7 @@ def complete(
     values = decision_values(decision, row, config)
     values["updated_at"] = format_ts(now)
     event = event or Event(str(decision.status))
-    message = (
-        decision.message if decision.status is not Status.DONE else shorten(decision.result, 200)
-    )
-    cut = result_cut(decision.result)
-    if cut:
-        message = f"result cut to {MAX_RESULT_CHARS:,} of {cut:,} characters; {message}"
-    if decision.status in (Status.FAILED, Status.RETRY) and decision.error_class:
-        message = f"{decision.error_class}: {message}"  # the log then says why on its own
+    message = outcome_message(decision)
     return ChangeSet(
         updates=[UpdateRow(settings.queue_sheet, row.task_id, row.row, values)],
         appends=[

@@ -3,19 +3,17 @@ in one transaction, each outcome still fenced by its own lease."""
 
 from __future__ import annotations
 
-import random
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
+import psycopg
 import pytest
 
+from sheetq.clock import FixedClock
 from sheetq.config import load_settings
 from sheetq.model import Status
-from sheetq.postgres import hotpath
-from sheetq.postgres import queue as pgq
-from sheetq.postgres.store import PgStore
+from sheetq.postgres.run import PgClaim, RunDb, Settle, finished, runnable
 from sheetq.retry import Decision
-from sheetq.sheet.plan import Claim, complete
-from sheetq.sheet.store import ChangeSet
+from tests.cli_helpers import set_now
 from tests.conftest import PgBook, run_cli, write_config
 
 pytestmark = pytest.mark.postgres
@@ -23,110 +21,84 @@ pytestmark = pytest.mark.postgres
 NOW = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 
 
-# the worker's two-statement turn, and the general path it falls back to
-PATHS = {"hot": hotpath.turn, "general": pgq.settle_and_claim}
+def _db() -> RunDb:
+    db = RunDb(load_settings(), FixedClock(NOW))
+    db.open()
+    return db
 
 
-@pytest.fixture(params=sorted(PATHS))
-def path(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-def _store(path: str) -> PgStore:
-    store = PgStore(load_settings())
-    if path == "hot":
-        hotpath.hot_session(store.conn)
-    store.path = path  # type: ignore[attr-defined]
-    return store
-
-
-def _turn(
-    store: PgStore, outcomes: list[tuple[ChangeSet, bool]], run_id: str, claim: int, now: datetime
-) -> tuple[list[bool], list[Claim]]:
-    settings = store.settings
-    landed, plan = PATHS[store.path](  # type: ignore[attr-defined]
-        store,
-        outcomes,
-        run_id=run_id,
-        now=now,
-        batch_size=claim,
-        types=(),
-        open_circuits=(),
-        settings=settings,
-        rng=random.Random(1),
-    )
-    return landed, list(plan.claims) if plan else []
-
-
-def _done(claim: Claim, run_id: str, now: datetime) -> ChangeSet:
-    settings = load_settings()
-    return complete(
+def _done(db: RunDb, claim: PgClaim, run_id: str) -> Settle:
+    return finished(
         claim,
-        Decision(Status.DONE, claim.row.retry_count, None, None, result="ok"),
-        config=settings.type_config(claim.row.type),
-        now=now,
+        Decision(Status.DONE, claim.retry_count, None, None, result="ok"),
+        config=db.settings.type_config(claim.type),
+        now=NOW,
         run_id=run_id,
         duration_ms=1,
-        settings=settings,
     )
 
 
 def test_group_settle_fences_each_outcome_and_claims_in_the_same_commit(
-    pg_url: str, path: str
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two outcomes and a claim in one turn: the one whose lease another run took is refused
-    and logged, the other is written, and the freed slot's claim commits with them; a
-    retried turn whose commit had landed counts as written and logs nothing twice."""
+    and logged as `outcome_refused`, the other is written, and the freed slot's claim commits
+    with them; a retried turn whose commit had landed counts as written and logs nothing
+    twice."""
     write_config('[types.job]\ncommand = ["true"]\nlease = "1m"\n')
+    set_now(monkeypatch, NOW)
     lines = "".join(f'{{"n": {i}}}\n' for i in range(3))
     assert run_cli(["enqueue", "job", "--jsonl", "-"], input=lines).code == 0
-    store = _store(path)
+    db = _db()
+    types = runnable(db.settings, (), {})
     try:
-        _, claims = _turn(store, [], "run-a", 2, NOW)
+        claims = db.claim("run-a", 2, types).claims
         assert len(claims) == 2
-        later = NOW + timedelta(seconds=10)
-        stolen = claims[1].row.task_id
-        store.conn.execute(  # its lease ran out and run-b recovered and claimed it
-            "UPDATE sheetq_tasks SET lease_owner = 'run-b' WHERE task_id = %s", (stolen,)
-        )
-        store.conn.commit()
-        outcomes = [(_done(c, "run-a", later), True) for c in claims]
-        landed, more = _turn(store, outcomes, "run-a", 1, later)
+        stolen = claims[1].task_id
+        with psycopg.connect(pg_url) as conn:  # its lease ran out; run-b recovered and holds it
+            conn.execute(
+                "UPDATE sheetq_tasks SET lease_owner = 'run-b' WHERE task_id = %s", (stolen,)
+            )
+        outcomes = [_done(db, c, "run-a") for c in claims]
+        landed, more = db.settle_and_claim("run-a", outcomes, 1, types)
         assert landed == [True, False]
-        assert len(more) == 1 and more[0].row.task_id not in {c.row.task_id for c in claims}
-        again, _ = _turn(store, outcomes[:1], "run-a", 0, later)  # a retried commit
+        assert len(more.claims) == 1
+        assert more.claims[0].task_id not in {c.task_id for c in claims}
+        again, _ = db.settle_and_claim("run-a", outcomes[:1], 0, types)  # a retried commit
         assert again == [True]
     finally:
-        store.close()
+        db.close()
     book = PgBook(pg_url)
-    first = book.log(claims[0].row.task_id)
+    first = book.log(claims[0].task_id)
     assert [e["event"] for e in first] == ["enqueued", "claimed", "done"]
-    assert book.row_of(claims[0].row.task_id)["status"] == "done"
+    assert book.row_of(claims[0].task_id)["status"] == "done"
     late = book.log(stolen)[-1]
+    assert late["event"] == "outcome_refused"
     assert late["message"].startswith("late outcome refused") and "run-b" in late["message"]
     assert book.row_of(stolen)["status"] == "processing"
-    assert book.row_of(more[0].row.task_id)["lease_owner"] == "run-a"
+    assert book.row_of(more.claims[0].task_id)["lease_owner"] == "run-a"
 
 
-def test_a_claim_skips_a_task_whose_key_another_task_holds(pg_url: str, path: str) -> None:
+def test_a_claim_skips_a_task_whose_key_another_task_holds(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A row whose idempotency key ``sheetq_keys`` gives to another task (a duplicate loser
     that `sheetq migrate` brought over) is skipped as a duplicate naming the holder, never
     claimed; the holder runs."""
     write_config('[types.job]\ncommand = ["true"]\n')
+    set_now(monkeypatch, NOW)
     lines = "".join(f'{{"n": {i}}}\n' for i in range(2))
     assert run_cli(["enqueue", "job", "--jsonl", "-"], input=lines).code == 0
     book = PgBook(pg_url)
     holder, loser = (r["task_id"] for r in book.records())
-    store = _store(path)
+    with psycopg.connect(pg_url) as conn:
+        conn.execute("UPDATE sheetq_keys SET task_id = %s WHERE task_id = %s", (holder, loser))
+    db = _db()
     try:
-        store.conn.execute(
-            "UPDATE sheetq_keys SET task_id = %s WHERE task_id = %s", (holder, loser)
-        )
-        store.conn.commit()
-        _, claims = _turn(store, [], "run-a", 2, NOW)
+        claimed = db.claim("run-a", 2, runnable(db.settings, (), {}))
     finally:
-        store.close()
-    assert [c.row.task_id for c in claims] == [holder]
+        db.close()
+    assert [c.task_id for c in claimed.claims] == [holder] and claimed.skipped == 1
     row = book.row_of(loser)
     assert (row["status"], row["error_class"]) == ("skipped", "duplicate")
     assert holder in row["last_error"]

@@ -1,0 +1,267 @@
+-- The run path of `sheetq process` and `sheetq worker` (docs/design.md §5, §11): claim,
+-- settle, recover, expire. Every time is the server's (sheetq_now(), migration 0003).
+
+-- name: server_now
+-- The database's time for this session (sheetq_now()): what leases and due times use.
+SELECT sheetq_now() AS now;
+
+-- name: pin_clock
+-- A test clock (SHEETQ_NOW): this transaction's sheetq_now() is %(at)s (an offset from
+-- the server's now(), local to the transaction).
+SELECT set_config('sheetq.offset', (%(at)s::timestamptz - now())::text, true);
+
+-- name: claim
+-- Claim up to %(limit)s due tasks for run %(run)s, longest due first, in one statement:
+-- lock them (FOR UPDATE SKIP LOCKED: a task locked by another claim is skipped, never
+-- claimed twice), write the lease (now + the longest `lease` + every claimed task's
+-- `timeout`) and their `claimed` log rows. %(types)s, %(leases)s, %(timeouts)s,
+-- %(max_ages)s (seconds; NULL: none): the runnable types. A task past its type's max_age
+-- is left to `expire`. A task whose idempotency key another task holds in sheetq_keys (a
+-- loser `sheetq migrate` brought over) is skipped as a duplicate naming the holder, never
+-- claimed. Returns the claimed and skipped rows in due order, each with `previous` (its
+-- status before), `loser`, and `now`.
+WITH cfg AS (
+    SELECT * FROM unnest(%(types)s::text[], %(leases)s::float8[], %(timeouts)s::float8[],
+                         %(max_ages)s::float8[]) AS c(type, lease, timeout, max_age)
+), due AS (
+    SELECT t.task_id, t.status, t.idempotency_key, t.next_retry_at,
+           greatest(t.created_at, t.next_retry_at) AS due_at
+    FROM sheetq_tasks AS t
+    WHERE t.queue = %(queue)s AND t.status IN ('pending', 'retry')
+      AND greatest(t.created_at, t.next_retry_at) <= sheetq_now()
+      AND t.type = ANY(%(types)s::text[])
+      AND NOT EXISTS (
+          SELECT 1 FROM cfg AS c WHERE c.type = t.type AND c.max_age IS NOT NULL
+          AND greatest(t.created_at, t.next_retry_at)
+              < sheetq_now() - make_interval(secs => c.max_age))
+    ORDER BY greatest(t.created_at, t.next_retry_at), t.task_id
+    LIMIT %(limit)s
+    FOR UPDATE OF t SKIP LOCKED
+), keyed AS (
+    SELECT d.*, k.task_id AS holder,
+           coalesce(k.task_id <> d.task_id, false) AS loser
+    FROM due AS d
+    LEFT JOIN sheetq_keys AS k ON k.queue = %(queue)s AND k.idempotency_key = d.idempotency_key
+), lease AS (
+    SELECT sheetq_now() + make_interval(secs => coalesce(max(c.lease) + sum(c.timeout), 0))
+           AS until
+    FROM keyed AS k JOIN sheetq_tasks AS t ON t.queue = %(queue)s AND t.task_id = k.task_id
+    JOIN cfg AS c ON c.type = t.type
+    WHERE NOT k.loser
+), claimed AS (
+    UPDATE sheetq_tasks AS t SET
+        status = CASE WHEN k.loser THEN 'skipped' ELSE 'processing' END,
+        lease_owner = CASE WHEN k.loser THEN t.lease_owner ELSE %(run)s END,
+        lease_until = CASE WHEN k.loser THEN t.lease_until ELSE (SELECT until FROM lease) END,
+        error_class = CASE WHEN k.loser THEN 'duplicate' ELSE t.error_class END,
+        last_error = CASE WHEN k.loser
+            THEN 'duplicate of ' || k.holder || ' (same idempotency key, created earlier)'
+            ELSE t.last_error END,
+        next_retry_at = CASE WHEN k.loser THEN NULL ELSE t.next_retry_at END,
+        updated_at = sheetq_now()
+    FROM keyed AS k
+    WHERE t.queue = %(queue)s AND t.task_id = k.task_id
+    RETURNING t.task_id, t.type, t.payload_json, t.retry_count, t.idempotency_key, t.owner,
+              t.created_at, t.lease_until, t.last_error, k.status AS previous, k.loser,
+              k.due_at
+), logged AS (
+    INSERT INTO sheetq_log (queue, ts, task_id, type, event, status, retry_count, message,
+                            run_id)
+    SELECT %(queue)s, sheetq_now(), c.task_id, c.type,
+           CASE WHEN c.loser THEN 'skipped' ELSE 'claimed' END,
+           CASE WHEN c.loser THEN 'skipped' ELSE 'processing' END,
+           c.retry_count,
+           CASE WHEN c.loser THEN c.last_error ELSE 'attempt ' || (c.retry_count + 1) END,
+           %(run)s
+    FROM claimed AS c ORDER BY c.due_at, c.task_id
+)
+SELECT c.*, sheetq_now() AS now FROM claimed AS c ORDER BY c.due_at, c.task_id;
+
+-- name: peek
+-- What `claim` would take now (a dry run): nothing locked, nothing written.
+SELECT t.task_id, t.type, t.payload_json, t.retry_count, t.idempotency_key, t.owner,
+       t.created_at, t.status AS previous, sheetq_now() AS now
+FROM sheetq_tasks AS t
+WHERE t.queue = %(queue)s AND t.status IN ('pending', 'retry')
+  AND greatest(t.created_at, t.next_retry_at) <= sheetq_now()
+  AND t.type = ANY(%(types)s::text[])
+ORDER BY greatest(t.created_at, t.next_retry_at), t.task_id
+LIMIT %(limit)s;
+
+-- name: settle
+-- Write finished outcomes, releases and recoveries, each fenced: a row changes only while
+-- it is still `processing` under the lease named in %(fences)s (this run's id for its own
+-- outcomes; the dead run's for a recovery), with its log row (%(events)s, %(messages)s)
+-- in the same statement. %(release)s: give back unstarted (status back, attempts, due
+-- time and error kept). %(retry_in)s: seconds from now to next_retry_at (NULL: none; to
+-- the second, as a person reads it).
+-- %(results)s NULL keeps the result. %(owners)s fills an empty owner. Returns the
+-- ordinal (1-based) of every outcome that landed.
+WITH v AS (
+    SELECT * FROM unnest(
+        %(ids)s::text[], %(fences)s::text[], %(release)s::boolean[], %(statuses)s::text[],
+        %(retry_counts)s::integer[], %(retry_in)s::float8[], %(error_classes)s::text[],
+        %(errors)s::text[], %(results)s::text[], %(owners)s::text[], %(events)s::text[],
+        %(messages)s::text[], %(durations)s::integer[])
+        WITH ORDINALITY AS v(task_id, fence, release, status, retry_count, retry_in,
+                             error_class, last_error, result, owner, event, message,
+                             duration_ms, n)
+), s AS (
+    UPDATE sheetq_tasks AS t SET
+        status = v.status,
+        retry_count = CASE WHEN v.release THEN t.retry_count ELSE v.retry_count END,
+        next_retry_at = CASE WHEN v.release THEN t.next_retry_at
+            WHEN v.retry_in IS NULL THEN NULL
+            ELSE date_trunc('second', sheetq_now() + make_interval(secs => v.retry_in)) END,
+        error_class = CASE WHEN v.release THEN t.error_class ELSE v.error_class END,
+        last_error = CASE WHEN v.release THEN t.last_error ELSE v.last_error END,
+        result = coalesce(v.result, t.result),
+        alerted_at = CASE WHEN v.status = 'failed' AND NOT v.release THEN NULL
+            ELSE t.alerted_at END,
+        owner = CASE WHEN t.owner = '' THEN v.owner ELSE t.owner END,
+        lease_owner = '',
+        lease_until = NULL,
+        updated_at = sheetq_now()
+    FROM v
+    WHERE t.queue = %(queue)s AND t.task_id = v.task_id AND t.status = 'processing'
+      AND t.lease_owner = v.fence
+    RETURNING t.task_id, t.type, t.retry_count, v.n
+), logged AS (
+    INSERT INTO sheetq_log (queue, ts, task_id, type, event, status, retry_count, message,
+                            run_id, duration_ms)
+    SELECT %(queue)s, sheetq_now(), s.task_id, s.type, v.event, v.status, s.retry_count,
+           v.message, %(run)s, v.duration_ms
+    FROM s JOIN v ON v.n = s.n ORDER BY v.n
+)
+SELECT s.n FROM s ORDER BY s.n;
+
+-- name: refuse
+-- Of outcomes `settle` did not land: those whose own log row is the task's last one (a
+-- commit cut off with the connection that had in fact landed) are returned as landed;
+-- the others (%(refuse)s: a finished attempt, not a release) get one `outcome_refused`
+-- log row with the task's current status and attempts; newer state is never written
+-- over. %(ids)s, %(events)s, %(statuses)s (what the attempt said), %(messages)s,
+-- %(retry_counts)s, %(durations)s: the outcomes. Returns the ordinals found landed.
+WITH v AS (
+    SELECT * FROM unnest(%(ids)s::text[], %(refuse)s::boolean[], %(events)s::text[],
+                         %(statuses)s::text[], %(messages)s::text[],
+                         %(retry_counts)s::integer[], %(durations)s::integer[])
+        WITH ORDINALITY AS v(task_id, refuse, event, status, message, retry_count,
+                             duration_ms, n)
+), last AS (
+    SELECT DISTINCT ON (l.task_id) l.task_id, l.run_id, l.event, l.status, l.retry_count,
+           l.message
+    FROM sheetq_log AS l
+    WHERE l.queue = %(queue)s AND l.task_id = ANY(%(ids)s::text[])
+    ORDER BY l.task_id, l.id DESC
+), landed AS (
+    SELECT v.n FROM v JOIN last ON last.task_id = v.task_id AND last.run_id = %(run)s
+        AND last.event = v.event AND last.status = v.status AND last.message = v.message
+), refused AS (
+    INSERT INTO sheetq_log (queue, ts, task_id, type, event, status, retry_count, message,
+                            run_id, duration_ms)
+    SELECT %(queue)s, sheetq_now(), t.task_id, t.type, 'outcome_refused', t.status,
+           t.retry_count,
+           left('late outcome refused: this run''s lease had expired and '
+               || CASE WHEN t.lease_owner <> '' THEN 'run ' || t.lease_owner || ' holds it now'
+                       ELSE 'another run recovered it' END
+               || '; the attempt said ' || v.status || ' (' || v.event || '): ' || v.message,
+               %(max_chars)s),
+           %(run)s, v.duration_ms
+    FROM v JOIN sheetq_tasks AS t ON t.queue = %(queue)s AND t.task_id = v.task_id
+    WHERE v.refuse AND v.n NOT IN (SELECT n FROM landed)
+    ORDER BY v.n
+)
+SELECT n FROM landed ORDER BY n;
+
+-- name: end_lease
+-- SIGINT/SIGTERM while a handler ran: the task's lease ends now (still this run's), so
+-- the next claimer recovers it per on_unknown at once.
+UPDATE sheetq_tasks SET lease_until = sheetq_now()
+WHERE queue = %(queue)s AND task_id = %(task_id)s AND status = 'processing'
+  AND lease_owner = %(run)s;
+
+-- name: expired_leases
+-- Lock up to %(limit)s `processing` tasks of %(types)s whose lease ran out (their run
+-- died): the run recovers them per on_unknown. Types no run here is configured for are
+-- left alone (docs/design.md §11 "A run recovers only what it is configured for").
+SELECT t.task_id, t.type, t.payload_json, t.retry_count, t.idempotency_key, t.owner,
+       t.created_at, t.lease_owner, sheetq_now() AS now
+FROM sheetq_tasks AS t
+WHERE t.queue = %(queue)s AND t.status = 'processing'
+  AND (t.lease_until IS NULL OR t.lease_until <= sheetq_now())
+  AND t.type = ANY(%(types)s::text[])
+ORDER BY t.lease_until NULLS FIRST, t.created_at, t.task_id
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: reclaim
+-- Recovered tasks whose type reconciles (%(ids)s, locked by `expired_leases`): this run
+-- holds them now, for %(seconds)s, to ask the reconcile check; logged `claimed`.
+WITH c AS (
+    UPDATE sheetq_tasks AS t SET lease_owner = %(run)s,
+        lease_until = sheetq_now() + make_interval(secs => %(seconds)s),
+        updated_at = sheetq_now()
+    WHERE t.queue = %(queue)s AND t.task_id = ANY(%(ids)s::text[])
+      AND t.status = 'processing'
+    RETURNING t.task_id, t.type, t.retry_count, t.lease_until
+), logged AS (
+    INSERT INTO sheetq_log (queue, ts, task_id, type, event, status, retry_count, message,
+                            run_id)
+    SELECT %(queue)s, sheetq_now(), c.task_id, c.type, 'claimed', 'processing',
+           c.retry_count, 'reconciling a lost outcome', %(run)s
+    FROM c ORDER BY array_position(%(ids)s::text[], c.task_id)
+)
+SELECT task_id, lease_until FROM c;
+
+-- name: too_old
+-- Lock up to %(limit)s waiting tasks of %(types)s due for longer than their type's
+-- max_age (%(max_ages)s, seconds) at the server's time; `expire` fails them.
+SELECT t.task_id, t.type, t.retry_count, t.owner,
+       greatest(t.created_at, t.next_retry_at) AS due_since, sheetq_now() AS now
+FROM sheetq_tasks AS t
+JOIN unnest(%(types)s::text[], %(max_ages)s::float8[]) AS c(type, max_age) ON c.type = t.type
+WHERE t.queue = %(queue)s AND t.status IN ('pending', 'retry')
+  AND greatest(t.created_at, t.next_retry_at)
+      < sheetq_now() - make_interval(secs => %(shortest)s)
+  AND greatest(t.created_at, t.next_retry_at) < sheetq_now() - make_interval(secs => c.max_age)
+ORDER BY greatest(t.created_at, t.next_retry_at), t.task_id
+LIMIT %(limit)s
+FOR UPDATE OF t SKIP LOCKED;
+
+-- name: expire
+-- Fail the waiting tasks `too_old` locked (error_class `expired`, without running them),
+-- each with its message (%(messages)s) and owner to fill (%(owners)s), logged `expired`.
+WITH v AS (
+    SELECT * FROM unnest(%(ids)s::text[], %(messages)s::text[], %(owners)s::text[])
+        WITH ORDINALITY AS v(task_id, message, owner, n)
+), e AS (
+    UPDATE sheetq_tasks AS t SET status = 'failed', error_class = 'expired',
+        last_error = v.message, next_retry_at = NULL, alerted_at = NULL,
+        owner = CASE WHEN t.owner = '' THEN v.owner ELSE t.owner END,
+        updated_at = sheetq_now()
+    FROM v
+    WHERE t.queue = %(queue)s AND t.task_id = v.task_id AND t.status IN ('pending', 'retry')
+    RETURNING t.task_id, t.type, t.retry_count, v.message, v.n
+), logged AS (
+    INSERT INTO sheetq_log (queue, ts, task_id, type, event, status, retry_count, message,
+                            run_id)
+    SELECT %(queue)s, sheetq_now(), e.task_id, e.type, 'expired', 'failed', e.retry_count,
+           e.message, %(run)s
+    FROM e ORDER BY e.n
+)
+SELECT count(*) AS n FROM e;
+
+-- name: without_handler
+-- Waiting tasks whose type has no handler (%(handled)s: the types that have one), by
+-- type; only %(types)s when that is not empty (docs/design.md §3).
+SELECT type, count(*) AS n FROM sheetq_tasks
+WHERE queue = %(queue)s AND status IN ('pending', 'retry')
+  AND NOT (type = ANY(%(handled)s::text[]))
+  AND (cardinality(%(types)s::text[]) = 0 OR type = ANY(%(types)s::text[]))
+GROUP BY type;
+
+-- name: owed_count
+-- Failed tasks whose alert is still owed (alerted_at empty).
+SELECT count(*) AS n FROM sheetq_tasks
+WHERE queue = %(queue)s AND status = 'failed' AND alerted_at IS NULL;
