@@ -4,6 +4,7 @@ come through ``connection.connect``, which names only user, host and database)."
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -24,6 +25,30 @@ STATUS_ORDER = ("pending", "processing", "retry", "done", "failed", "skipped")
 
 
 OLDEST_SERVER = 130000  # PostgreSQL 13, in libpq's PQserverVersion numbering
+CLOCK_WARN = 1.0  # seconds between this host's clock and the server's before doctor warns
+
+
+def clock_check(conn: psycopg.Connection[Any]) -> Check:
+    """This host's clock against the server's (docs/design.md §11 "Time is the database's"):
+    the offset in seconds, read halfway through a round trip; a warning (an ok line with a
+    fix) above ``CLOCK_WARN``. sheetq's leases and due times use the server's clock, so a
+    host that is off does not run tasks twice; its handlers' own times are still off."""
+    before = datetime.now(UTC)
+    with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+        found = cur.execute("SELECT clock_timestamp()").fetchone()
+    after = datetime.now(UTC)
+    assert found is not None
+    offset = ((before + (after - before) / 2) - found[0]).total_seconds()
+    way = "ahead of" if offset > 0 else "behind"
+    said = f"this host's clock is {abs(offset):.3f}s {way} the server's"
+    if abs(offset) <= CLOCK_WARN:
+        return fine("clock", f"{said}; leases and due times use the server's clock")
+    return fine(
+        "clock",
+        f"warning: {said} (over {CLOCK_WARN:g}s); sheetq's leases and due times use the "
+        "server's clock, but the handlers on this host see the wrong time",
+        "synchronise this host's clock (NTP: chrony or systemd-timesyncd)",
+    )
 
 
 def check_postgres(settings: Settings) -> list[Check]:
@@ -53,7 +78,7 @@ def _checks(conn: psycopg.Connection[Any], settings: Settings, where: str) -> li
                 "upgrade the server (or rent any PostgreSQL 13 or newer)",
             )
         ]
-    checks = [fine("database", f"PostgreSQL {server} at {where}")]
+    checks = [fine("database", f"PostgreSQL {server} at {where}"), clock_check(conn)]
     with conn.transaction():
         have = schema.installed(conn)
     if have != schema.VERSION:
