@@ -189,3 +189,44 @@ def test_sigterm_ends_the_running_tasks_lease_now(
     doc = run_cli(["process", "--json"]).json()  # same instant: the lease has ended
     assert doc["recovered"] == 1
     assert PgBook(pg_url).row_of(task)["status"] == "retry"
+
+
+@pytest.mark.slow
+def test_a_lost_connection_loses_no_finished_outcome(pg_url: str, tmp_path: Path) -> None:
+    """pg_terminate_backend of the run's connection while a 4 s handler runs: the run
+    reconnects and writes the outcome it holds (still fenced by its lease): exit 0, the task
+    `done` once, its history `enqueued, claimed, done`."""
+    began = tmp_path / "began"
+    slow = handler_script(
+        tmp_path,
+        "slow",
+        f"import pathlib, sys, time\nsys.stdin.read()\npathlib.Path({str(began)!r}).touch()\n"
+        "time.sleep(4)\nprint('crm-9')\n",
+    )
+    write_config(f"[types.job]\ncommand = {slow}\n")
+    task = enqueue_task({"n": 1})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sheetq", "-v", "process", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
+    )
+    deadline = time.monotonic() + 20
+    while not began.exists():
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.02)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        killed = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE application_name = 'sheetq' AND pid <> pg_backend_pid()"
+        ).fetchall()
+    assert killed, "the run's connection was there to be cut"
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "lost the PostgreSQL connection" in err
+    assert json.loads(out)["done"] == 1
+    book = PgBook(pg_url)
+    row = book.row_of(task)
+    assert (row["status"], row["result"], row["lease_owner"]) == ("done", "crm-9", "")
+    assert [e["event"] for e in book.log(task)] == ["enqueued", "claimed", "done"]
