@@ -44,6 +44,16 @@ from sheetq.postgres.queries import QUERIES
 from sheetq.redact import printable, shorten
 from sheetq.retry import Decision
 
+# Session settings of a connection that claims in a loop. Generic plans: each statement is
+# planned once per connection, not once per turn (planning the claim costs more than running
+# it). Sorts and bitmap scans off: a generic plan does not know the claim's LIMIT and would
+# otherwise read every due row through a bitmap scan and sort them, instead of walking the
+# due-work index in order and stopping after LIMIT rows.
+HOT_SESSION = (
+    "SET plan_cache_mode = force_generic_plan",
+    "SET enable_sort = off",
+    "SET enable_bitmapscan = off",
+)
 RECOVER_LIMIT = 100  # expired leases recovered per transaction (the rest: the next one)
 EXPIRE_LIMIT = 1000  # tasks past max_age failed per transaction (the rest: the next one)
 
@@ -279,9 +289,9 @@ class RunDb:
         return self.skew
 
     def hot(self) -> None:
-        """Session settings of a connection that claims in a loop: generic plans (each
-        statement planned once per connection)."""
-        self.conn.execute("SET plan_cache_mode = force_generic_plan")
+        """Session settings of a connection that claims in a loop (``HOT_SESSION``)."""
+        for statement in HOT_SESSION:
+            self.conn.execute(statement)
         self.conn.commit()
 
     # --- claims ----------------------------------------------------------------------
@@ -557,7 +567,7 @@ def _claim(record: Mapping[str, Any], previous: Status | None = None) -> PgClaim
 
 def _claimed(records: Sequence[Mapping[str, Any]]) -> Claimed:
     out = Claimed()
-    for record in records:
+    for record in sorted(records, key=lambda r: (r["due_at"], r["task_id"])):
         out.now = record["now"]
         if record["loser"]:
             out.skipped += 1

@@ -18,13 +18,13 @@ SELECT set_config('sheetq.offset', (%(at)s::timestamptz - now())::text, true);
 -- %(max_ages)s (seconds; NULL: none): the runnable types. A task past its type's max_age
 -- is left to `expire`. A task whose idempotency key another task holds in sheetq_keys (a
 -- loser `sheetq migrate` brought over) is skipped as a duplicate naming the holder, never
--- claimed. Returns the claimed and skipped rows in due order, each with `previous` (its
--- status before), `loser`, and `now`.
+-- claimed. Returns the claimed and skipped rows (unordered: `due_at` gives the order),
+-- each with `previous` (its status before), `loser`, and `now`.
 WITH cfg AS (
     SELECT * FROM unnest(%(types)s::text[], %(leases)s::float8[], %(timeouts)s::float8[],
                          %(max_ages)s::float8[]) AS c(type, lease, timeout, max_age)
 ), due AS (
-    SELECT t.task_id, t.status, t.idempotency_key, t.next_retry_at,
+    SELECT t.task_id, t.type, t.status, t.idempotency_key, t.next_retry_at,
            greatest(t.created_at, t.next_retry_at) AS due_at
     FROM sheetq_tasks AS t
     WHERE t.queue = %(queue)s AND t.status IN ('pending', 'retry')
@@ -38,15 +38,17 @@ WITH cfg AS (
     LIMIT %(limit)s
     FOR UPDATE OF t SKIP LOCKED
 ), keyed AS (
-    SELECT d.*, k.task_id AS holder,
-           coalesce(k.task_id <> d.task_id, false) AS loser
+    -- the task holding each key: one index lookup per claimed row, whatever the number of
+    -- keys (a lateral subquery, so the planner never hashes every key of the queue)
+    SELECT d.*, h.task_id AS holder, coalesce(h.task_id <> d.task_id, false) AS loser
     FROM due AS d
-    LEFT JOIN sheetq_keys AS k ON k.queue = %(queue)s AND k.idempotency_key = d.idempotency_key
+    LEFT JOIN LATERAL (SELECT k.task_id FROM sheetq_keys AS k
+                       WHERE k.queue = %(queue)s AND k.idempotency_key = d.idempotency_key)
+        AS h ON true
 ), lease AS (
     SELECT sheetq_now() + make_interval(secs => coalesce(max(c.lease) + sum(c.timeout), 0))
            AS until
-    FROM keyed AS k JOIN sheetq_tasks AS t ON t.queue = %(queue)s AND t.task_id = k.task_id
-    JOIN cfg AS c ON c.type = t.type
+    FROM keyed AS k JOIN cfg AS c ON c.type = k.type
     WHERE NOT k.loser
 ), claimed AS (
     UPDATE sheetq_tasks AS t SET
@@ -73,9 +75,9 @@ WITH cfg AS (
            c.retry_count,
            CASE WHEN c.loser THEN c.last_error ELSE 'attempt ' || (c.retry_count + 1) END,
            %(run)s
-    FROM claimed AS c ORDER BY c.due_at, c.task_id
+    FROM claimed AS c
 )
-SELECT c.*, sheetq_now() AS now FROM claimed AS c ORDER BY c.due_at, c.task_id;
+SELECT c.*, sheetq_now() AS now FROM claimed AS c;
 
 -- name: peek
 -- What `claim` would take now (a dry run): nothing locked, nothing written.
