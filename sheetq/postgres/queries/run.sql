@@ -37,14 +37,14 @@ WITH cfg AS (
     ORDER BY greatest(t.created_at, t.next_retry_at), t.task_id
     LIMIT %(limit)s
     FOR UPDATE OF t SKIP LOCKED
-), keyed AS (
-    -- the task holding each key: one index lookup per claimed row, whatever the number of
-    -- keys (a lateral subquery, so the planner never hashes every key of the queue)
-    SELECT d.*, h.task_id AS holder, coalesce(h.task_id <> d.task_id, false) AS loser
+), held AS MATERIALIZED (
+    -- the task holding each key: a scalar subquery, so one index lookup per claimed row
+    -- whatever the plan (never a join that reads every key of the queue)
+    SELECT d.*, (SELECT k.task_id FROM sheetq_keys AS k
+                 WHERE k.queue = %(queue)s AND k.idempotency_key = d.idempotency_key) AS holder
     FROM due AS d
-    LEFT JOIN LATERAL (SELECT k.task_id FROM sheetq_keys AS k
-                       WHERE k.queue = %(queue)s AND k.idempotency_key = d.idempotency_key)
-        AS h ON true
+), keyed AS (
+    SELECT h.*, coalesce(h.holder <> h.task_id, false) AS loser FROM held AS h
 ), lease AS (
     SELECT sheetq_now() + make_interval(secs => coalesce(max(c.lease) + sum(c.timeout), 0))
            AS until
@@ -63,6 +63,7 @@ WITH cfg AS (
         updated_at = sheetq_now()
     FROM keyed AS k
     WHERE t.queue = %(queue)s AND t.task_id = k.task_id
+      AND t.task_id = ANY(ARRAY(SELECT task_id FROM keyed))  -- by primary key, whatever the plan
     RETURNING t.task_id, t.type, t.payload_json, t.retry_count, t.idempotency_key, t.owner,
               t.created_at, t.lease_until, t.last_error, k.status AS previous, k.loser,
               k.due_at
@@ -125,8 +126,8 @@ WITH v AS (
         lease_until = NULL,
         updated_at = sheetq_now()
     FROM v
-    WHERE t.queue = %(queue)s AND t.task_id = v.task_id AND t.status = 'processing'
-      AND t.lease_owner = v.fence
+    WHERE t.queue = %(queue)s AND t.task_id = ANY(%(ids)s::text[]) AND t.task_id = v.task_id
+      AND t.status = 'processing' AND t.lease_owner = v.fence
     RETURNING t.task_id, t.type, t.retry_count, v.n
 ), logged AS (
     INSERT INTO sheetq_log (queue, ts, task_id, type, event, status, retry_count, message,
@@ -171,6 +172,7 @@ WITH v AS (
                %(max_chars)s),
            %(run)s, v.duration_ms
     FROM v JOIN sheetq_tasks AS t ON t.queue = %(queue)s AND t.task_id = v.task_id
+        AND t.task_id = ANY(%(ids)s::text[])
     WHERE v.refuse AND v.n NOT IN (SELECT n FROM landed)
     ORDER BY v.n
 )
@@ -243,7 +245,8 @@ WITH v AS (
         owner = CASE WHEN t.owner = '' THEN v.owner ELSE t.owner END,
         updated_at = sheetq_now()
     FROM v
-    WHERE t.queue = %(queue)s AND t.task_id = v.task_id AND t.status IN ('pending', 'retry')
+    WHERE t.queue = %(queue)s AND t.task_id = ANY(%(ids)s::text[]) AND t.task_id = v.task_id
+      AND t.status IN ('pending', 'retry')
     RETURNING t.task_id, t.type, t.retry_count, v.message, v.n
 ), logged AS (
     INSERT INTO sheetq_log (queue, ts, task_id, type, event, status, retry_count, message,
