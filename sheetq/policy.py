@@ -2,7 +2,7 @@
 
 Each is a pure function of a task's fields, its type's configuration and the time. Where
 PostgreSQL must apply the same rule inside a statement (which task is due, since when, when
-it is too old to run), ``tests/unit/test_rules_sql.py`` runs the SQL and these functions
+it is too old to run), ``tests/postgres/test_rules_sql.py`` runs the SQL and these functions
 on the same generated cases and compares.
 
 * ``due_since`` / ``is_due`` — a waiting task is due from the later of its ``created_at``
