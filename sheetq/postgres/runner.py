@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("sheetq.runner")
 
-_IDLE_CLAIMS = 1000  # recovery passes in a row that found work but no claim, before giving up
+_IDLE_CLAIMS = 1000  # duplicate losers skipped in a row by one batch's claims, before giving up
 RECONNECT = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0)  # seconds between reconnects (with jitter)
 T = TypeVar("T")
 
@@ -326,33 +326,39 @@ class PgRunner:
                 return
 
     def _batch(self, options: RunOptions) -> bool:
-        """Recover, then up to ``batch_size`` tasks, each claimed as it is about to start.
-        ``False``: nothing was due."""
+        """Recover, then up to ``batch_size`` tasks, each claimed as it is about to start
+        (reconcile checks the recovery now holds first). ``False``: nothing was due and
+        nothing recovered."""
+        recovery = self._retrying(
+            lambda: self.tasks.recover(self.db, options, max(1, options.batch_size))
+        )
+        held = list(recovery.reconciles)
         taken = 0
-        idle = 0
-        while taken < options.batch_size and idle < _IDLE_CLAIMS:
+        skipped = 0
+        while taken < options.batch_size and skipped < _IDLE_CLAIMS:
             if taken and self._out_of_time(options):
                 break
-            recovery = self._retrying(lambda: self.tasks.recover(self.db, options, 1))
-            if recovery.reconciles:
-                claimed = Claimed(recovery.reconciles[:1], recovery.lease_until)
+            if held:
+                claim, until = held.pop(0), recovery.lease_until
             else:
                 claimed = self._retrying(
                     lambda: self.db.claim(self.run_id, 1, self.tasks.runnable(options))
                 )
                 self.tasks.count_claim(claimed)
-            if not claimed.claims:
-                if not (recovery.has_work or claimed.skipped):
-                    break
-                idle += 1  # recoveries / expiries only: there may be due tasks behind them
-                continue
+                if not claimed.claims:
+                    if not claimed.skipped:
+                        break
+                    skipped += 1  # a duplicate loser skipped: there may be due tasks behind it
+                    continue
+                claim, until = claimed.claims[0], claimed.lease_until
             if taken == 0:
                 self.summary.batches += 1
             taken += 1
-            assert claimed.lease_until is not None
-            for claim in claimed.claims:
-                self._start(claim, claimed.lease_until)
-        return taken > 0
+            assert until is not None
+            self._start(claim, until)
+        for claim in held:  # out of time before their turn: back, unstarted
+            self._write(self.tasks.release(claim, "--max-runtime reached"))
+        return taken > 0 or recovery.has_work
 
     def _write(self, outcome: Settle) -> None:
         landed = self._retrying(lambda: self.db.settle(self.run_id, [outcome]))
