@@ -52,11 +52,18 @@ timeout = "30s"
 
 class Bench:
     def __init__(self, work: Path, progress: Any) -> None:
-        from tests.pgserver import PgServer
+        import psycopg
+
+        from tests.pgserver import EXISTING, PgServer
 
         self.work = work
         self.progress = progress
-        self.server = PgServer(work / "pgdata")
+        self.server = PgServer()
+        if not EXISTING:  # the test server runs without durability: the §11 targets need it
+            with psycopg.connect(self.server.base_url, autocommit=True) as admin:
+                for name in ("fsync", "synchronous_commit", "full_page_writes"):
+                    admin.execute(f"ALTER SYSTEM SET {name} = on")
+                admin.execute("SELECT pg_reload_conf()")
         shutil.copy(ROOT / "benchmarks" / "_pg_handlers.py", work / "_pg_handlers.py")
         (work / "sheetq.toml").write_text(CONFIG, encoding="utf-8")
 
