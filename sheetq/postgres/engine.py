@@ -37,7 +37,6 @@ if TYPE_CHECKING:
     from sheetq.enqueue import Enqueued, NewTask
     from sheetq.migrate import Source, Written
     from sheetq.port import Notifier
-    from sheetq.postgres.store import PgStore
     from sheetq.stats import Stats
     from sheetq.summary import RunOptions, RunSummary
 
@@ -51,7 +50,6 @@ class PgQueue:
         self.settings = settings
         self._time_limit = time_limit
         self._time_limit_name = time_limit_name
-        self._store: PgStore | None = None
         self._session: Session | None = None
 
     @property
@@ -59,16 +57,6 @@ class PgQueue:
         from sheetq.postgres.connection import describe
 
         return describe(self.settings.database_url)
-
-    @property
-    def store(self) -> PgStore:
-        if self._store is None:
-            from sheetq.postgres.store import PgStore
-
-            self._store = PgStore(
-                self.settings, time_limit=self._time_limit, time_limit_name=self._time_limit_name
-            )
-        return self._store
 
     @property
     def session(self) -> Session:
@@ -80,9 +68,6 @@ class PgQueue:
         return self._session
 
     def close(self) -> None:
-        if self._store is not None:
-            self._store.close()
-            self._store = None
         if self._session is not None:
             self._session.close()
             self._session = None

@@ -10,7 +10,7 @@ recovery and max-age expiry, each a named statement of ``queries/run.sql``.
 * ``recover`` / ``expire``: expired leases and tasks past ``max_age`` of the types this
   run is configured for, decided by the shared policy (``sheetq.policy``).
 
-Every time is the server's (``sheetq_now()``, migration 0003): a lease, a due time, a log
+Every time is the server's (``sheetq_now()``, migration 0004): a lease, a due time, a log
 ``ts``, every "expired yet" comparison. Values cross as datetimes, ints and text; a due
 time crosses as seconds from now (``retry_in``), so a host's clock never enters the
 database. A test clock (``SHEETQ_NOW``, anything but ``SystemClock``) pins the database's
@@ -525,12 +525,6 @@ class RunDb:
             ).fetchall()
         return Counter({str(r["type"]) or "(empty)": int(r["n"]) for r in found})
 
-    def owed_count(self) -> int:
-        """Failed tasks whose alert is still owed (``alerted_at`` empty)."""
-        with self.transaction() as conn:
-            found = conn.execute(QUERIES["owed_count"], {"queue": self.queue}).fetchone()
-        return int(found["n"]) if found else 0
-
 
 def _settle_params(queue: str, run_id: str, outcomes: Sequence[Settle]) -> dict[str, Any]:
     return {
@@ -589,6 +583,11 @@ class ServerClock:
     def __init__(self, clock: Clock, db: RunDb | None = None) -> None:
         self._clock = clock
         self.db = db
+
+    @property
+    def host(self) -> Clock:
+        """The clock this one moves: this host's (or the test clock)."""
+        return self._clock
 
     def now(self) -> datetime:
         skew = self.db.skew if self.db is not None else 0.0

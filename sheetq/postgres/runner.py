@@ -34,6 +34,9 @@ from sheetq.config import Settings, TypeConfig
 from sheetq.errors import Interrupted, StoreUnavailable
 from sheetq.execute import Executor
 from sheetq.model import new_run_id
+from sheetq.postgres import alerts as pg_alerts
+from sheetq.postgres import presence
+from sheetq.postgres.connection import describe
 from sheetq.postgres.run import (
     Claimed,
     PgClaim,
@@ -201,31 +204,29 @@ class PgTasks:
     # --- alerts ------------------------------------------------------------------------
 
     def alerts(self, db: RunDb) -> None:
-        """Send the owed failure alerts (one digest at a time per queue) and count them."""
+        """Send the owed failure alerts through the queue's alert claim (one digest at a
+        time per queue, no transaction open while Telegram answers) and count them."""
         if self.notifier is None:
-            owed = db.owed_count()
+            owed = pg_alerts.owed_count(db)
             with self._lock:
                 self.summary.alerts_owed = owed
             return
-        from sheetq.postgres import queue as pgq  # the alert digest (moving to alerts.py)
-        from sheetq.postgres.store import PgStore
-
-        store = PgStore(self.settings)
-        try:
-            sent, owed, notes = pgq.send_owed_alerts(
-                store,
-                settings=self.settings,
-                info=store.open(),
-                notifier=self.notifier,
-                now=self.clock.now,
-                run_id=self.run_id,
-            )
-        finally:
-            store.close()
+        digest = pg_alerts.send_owed(
+            db,
+            self.notifier,
+            title=f"PostgreSQL {describe(self.settings.database_url)}",
+            run_id=self.run_id,
+            now=self.clock.host.now,
+        )
+        report = digest.report
+        if digest.owed is None:  # another run is sending them: they are owed until it marks
+            left = pg_alerts.owed_count(db)
+        else:
+            left = digest.owed if digest.mark_error else digest.owed - digest.covered
         with self._lock:
-            self.summary.alerts_sent += sent
-            self.summary.alerts_owed = owed
-            for note in notes:
+            self.summary.alerts_sent += digest.covered
+            self.summary.alerts_owed = left
+            for note in [*(report.notes if report else []), *digest.notes]:
                 self._note_locked(note)
 
 
@@ -267,6 +268,7 @@ class PgRunner:
         self._started = self.clock.monotonic()
         self.db.open()
         self.db.hot()
+        presence.announce(self.db, run_id=self.run_id, kind="process")
         if options.dry_run:
             self._dry_run(options)
         else:
@@ -305,6 +307,7 @@ class PgRunner:
                 try:
                     self.db.reconnect()
                     self.db.hot()
+                    presence.announce(self.db, run_id=self.run_id, kind="process")
                 except StoreUnavailable as again:
                     log.warning("%s", _first(again))
         raise AssertionError("unreachable")

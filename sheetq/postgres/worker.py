@@ -43,6 +43,7 @@ from sheetq.config import Settings
 from sheetq.errors import StoreUnavailable
 from sheetq.handlers.groups import end_running
 from sheetq.model import new_run_id
+from sheetq.postgres import presence
 from sheetq.postgres.run import PgClaim, RunDb, Settle
 from sheetq.postgres.runner import PgTasks
 from sheetq.redact import plural
@@ -312,11 +313,17 @@ class PgWorker:
         try:
             db.open()
             db.hot()
+            self._announce(db)
         except BaseException:
             db.close()
             raise
         self.tasks.clock.db = db
         return db
+
+    def _announce(self, db: RunDb) -> None:
+        """Hold this worker's presence lock on the connection's session (docs/design.md §11
+        "A gone worker is named"); again on every new connection."""
+        presence.announce(db, run_id=self.run_id, kind="worker")
 
     def _reconnect(self, db: RunDb, exc: Exception) -> bool:
         """Back off (1 s, 2 s, … ``BACKOFF_MAX``, with jitter) and reconnect until the
@@ -328,6 +335,7 @@ class PgWorker:
             try:
                 db.reconnect()
                 db.hot()
+                self._announce(db)
             except StoreUnavailable as again:
                 if self.stopping:
                     return False

@@ -66,6 +66,9 @@ def test_a_run_leaves_expired_leases_of_a_type_it_is_not_configured_for(
     row = book.row_of(invoice)
     assert (row["status"], row["error_class"]) == ("processing", "")
     assert "recovered" not in [e["event"] for e in book.log(invoice)]
+    said = run_cli(["status"])  # host A tells a person why the invoice waits
+    assert said.code == 0, said.stderr
+    assert "invoice: no run here is configured for it" in said.stdout, said.stdout
     monkeypatch.setenv("SHEETQ_CONFIG", str(host_b))
     doc = run_cli(["process", "--json"]).json()
     assert doc["recovered"] == 1, doc

@@ -1,5 +1,5 @@
 -- The run path of `sheetq process` and `sheetq worker` (docs/design.md §5, §11): claim,
--- settle, recover, expire. Every time is the server's (sheetq_now(), migration 0003).
+-- settle, recover, expire. Every time is the server's (sheetq_now(), migration 0004).
 
 -- name: server_now
 -- The database's time for this session (sheetq_now()): what leases and due times use.
@@ -265,8 +265,3 @@ WHERE queue = %(queue)s AND status IN ('pending', 'retry')
   AND NOT (type = ANY(%(handled)s::text[]))
   AND (cardinality(%(types)s::text[]) = 0 OR type = ANY(%(types)s::text[]))
 GROUP BY type;
-
--- name: owed_count
--- Failed tasks whose alert is still owed (alerted_at empty).
-SELECT count(*) AS n FROM sheetq_tasks
-WHERE queue = %(queue)s AND status = 'failed' AND alerted_at IS NULL;
