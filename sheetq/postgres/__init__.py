@@ -5,6 +5,10 @@
 * ``schema`` — the tables, created and upgraded by numbered migrations (``sheetq init``);
 * ``codec`` — database values ↔ the §2 cell texts the shared queue policy reads and writes;
 * ``queries`` — every statement by name, from ``queries/*.sql``;
+* ``run`` — the run path of ``process`` and ``worker``: one claim statement, one settle
+  statement (each outcome fenced by its lease), recovery and ``max_age`` for the types a
+  run is configured for, every time the server's (``runner``: ``process``; ``worker``:
+  ``sheetq worker``);
 * ``session`` — the connection of the commands that manage and read a queue (one
   transaction at a time, the server's clock unless ``SHEETQ_NOW`` pretends);
 * ``manage`` — ``requeue``, ``skip``, ``archive`` as one set-based statement each;
@@ -12,8 +16,8 @@
   mark in a new one;
 * ``presence`` — each worker's and run's advisory lock, so a gone one is named;
 * ``reports`` — ``status``, ``list``, ``show``, ``stats`` in SQL;
-* ``store`` — ``PgStore``: the worksheet-shaped ``Store`` port over the tables, one
-  transaction per change set, so every command's pure planning runs unchanged.
+* ``store`` — ``PgStore``: the worksheet-shaped ``Store`` port over the tables (what the
+  mirror still plans with; transitional).
 
 Nothing outside this package imports psycopg.
 """

@@ -7,10 +7,10 @@ whose ``queue`` is the queue's name. A read gives each row a number (2, 3, … i
 one; every write is addressed by ``task_id`` (log rows by their id), inside one
 transaction per change set, so nothing a number says can misplace a write.
 
-Transitional: what still uses it is the run path (``runner``, ``worker``, ``hotpath``,
-``queue``) and the mirror. Enqueue, requeue, skip, archive, the alert digest and the reports
-have their own statements (``queries/*.sql``) over a plain connection
-(``sheetq.postgres.session``).
+Transitional: what still uses it is the mirror (``sheetq.postgres.mirror``,
+``sheetq.mirror_run``). The run path (``run``, ``runner``, ``worker``), enqueue, requeue,
+skip, archive, the alert digest and the reports have their own statements
+(``queries/*.sql``) over a plain connection.
 """
 
 from __future__ import annotations
