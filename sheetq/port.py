@@ -343,6 +343,19 @@ class AlertOutcome:
 # --- the worker -----------------------------------------------------------------------------
 
 
+class PassReport(Protocol):
+    """What one pass of the spreadsheet mirror tells the worker that ran it."""
+
+    warnings: list[str]
+
+    def line(self) -> str: ...
+
+
+# One mirror pass on a clock (``sheetq.mirror_run.mirror_pass`` bound to a configuration):
+# the commands hand it to the worker, so a backend never imports the mirror above it.
+MirrorPass = Callable[["Clock"], PassReport]
+
+
 class Worker(Protocol):
     """A long-running ``sheetq worker`` (PostgreSQL): ``run`` claims and runs tasks until
     ``stop(why)`` (safe from a signal handler); ``stopped`` is the why; ``abandon()`` before
@@ -411,8 +424,10 @@ class QueuePort(Protocol):
         clock: Clock,
         rng: random.Random,
         notifier: Notifier | None,
+        mirror: MirrorPass | None = None,
     ) -> Worker:
-        """A ``sheetq worker`` for this queue; ``UsageError`` where there is none (a sheet)."""
+        """A ``sheetq worker`` for this queue; ``UsageError`` where there is none (a sheet).
+        ``mirror``: a pass of the spreadsheet mirror, run every ``[mirror] interval``."""
         ...
 
     def requeue(

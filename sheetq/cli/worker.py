@@ -83,8 +83,17 @@ def worker(
         alerts_off = f"alerts are off: {missing} is not set; failed tasks stay owed"
     from sheetq.summary import summary_line
 
+    mirror = None
+    if settings.spreadsheet:  # the mirror of a PostgreSQL queue (docs/design.md §12)
+        from functools import partial
+
+        from sheetq.mirror_run import mirror_pass
+
+        mirror = partial(mirror_pass, settings)
+
     runner = queue.worker(
         clock=state.clock(),
+        mirror=mirror,
         rng=state.rng(),
         notifier=notifier,
         concurrency=concurrency,

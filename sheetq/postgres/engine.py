@@ -17,6 +17,7 @@ from sheetq.port import (
     ArchiveReport,
     ChangeReport,
     LogArchiveReport,
+    MirrorPass,
     NotBefore,
     Say,
     Send,
@@ -135,6 +136,7 @@ class PgQueue:
         clock: Clock,
         rng: random.Random,
         notifier: Notifier | None,
+        mirror: MirrorPass | None = None,
     ) -> Worker:
         from sheetq.postgres.worker import PgWorker
 
@@ -146,6 +148,7 @@ class PgQueue:
             concurrency=concurrency,
             types=types,
             poll=poll,
+            mirror=mirror,
         )
 
     def requeue(

@@ -18,8 +18,8 @@ starts within a second.
 A lost connection (the server restarted, a failover, ``pg_terminate_backend``) is logged
 in one line and retried with backoff (1 s, 2 s, … 30 s, with jitter); outcomes that
 finished meanwhile are settled after the reconnect (or, if it never comes back, their
-leases expire and they are recovered per ``on_unknown``). With ``SHEETQ_SPREADSHEET`` set
-too, a thread runs the mirror pass (``sheetq.mirror_run.mirror_pass``) every ``[mirror]
+leases expire and they are recovered per ``on_unknown``). Given a ``mirror`` pass (the CLI
+hands one in when ``SHEETQ_SPREADSHEET`` is set too), a thread runs it every ``[mirror]
 interval``; its failures are logged and never stop task processing.
 
 ``stop()`` (SIGTERM, SIGINT) stops claiming; running handlers finish within their timeout
@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from sheetq.clock import Clock, SystemClock
 from sheetq.config import Settings
-from sheetq.errors import StoreUnavailable
+from sheetq.errors import SheetqError, StoreUnavailable
 from sheetq.handlers.groups import end_running
 from sheetq.model import new_run_id
 from sheetq.postgres import presence
@@ -51,7 +51,7 @@ from sheetq.summary import RunOptions, RunSummary
 from sheetq.times import format_ts
 
 if TYPE_CHECKING:
-    from sheetq.port import Notifier
+    from sheetq.port import MirrorPass, Notifier
 
 log = logging.getLogger("sheetq.worker")
 
@@ -98,8 +98,10 @@ class PgWorker:
         types: tuple[str, ...] = (),
         poll: float = POLL,
         run_id: str | None = None,
+        mirror: MirrorPass | None = None,
     ) -> None:
         self._stop = threading.Event()
+        self._mirror_pass = mirror
         self.settings = settings
         self._raw_clock = clock  # the database's session clock follows it (a test clock)
         self.clock: Clock = _StoppableClock(clock, self._stop)
@@ -164,7 +166,7 @@ class PgWorker:
         started = self.clock.monotonic()
         db = self._new_db()
         threads = [threading.Thread(target=self._listen, name="sheetq-listen", daemon=True)]
-        if self.settings.spreadsheet:
+        if self._mirror_pass is not None:
             threads.append(threading.Thread(target=self._mirror, name="sheetq-mirror", daemon=True))
         for thread in threads:
             thread.start()
@@ -385,12 +387,10 @@ class PgWorker:
     def _mirror(self) -> None:
         """Every ``[mirror] interval``: one mirror pass (docs/design.md §12). Google failing is
         one warning; the next pass catches up. Never stops task processing."""
-        from sheetq.errors import SheetqError
-        from sheetq.mirror_run import mirror_pass
-
+        assert self._mirror_pass is not None
         while not self.stopping:
             try:
-                report = mirror_pass(self.settings, self.clock)
+                report = self._mirror_pass(self.clock)
             except SheetqError as exc:
                 log.warning("mirror pass failed: %s", _first_line(exc))
             except Exception as exc:  # a bug in a pass must not stop the worker

@@ -22,6 +22,7 @@ from sheetq.port import (
     ArchiveReport,
     ChangeReport,
     LogArchiveReport,
+    MirrorPass,
     NotBefore,
     QueuePort,
     Say,
@@ -202,6 +203,7 @@ class SheetQueue:
         clock: Clock,
         rng: random.Random,
         notifier: Notifier | None,
+        mirror: MirrorPass | None = None,
     ) -> Worker:
         raise UsageError(
             "sheetq worker needs PostgreSQL: set SHEETQ_DATABASE_URL (or --database-url); "

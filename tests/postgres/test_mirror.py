@@ -436,16 +436,19 @@ def test_worker_mirrors_every_interval(
     import logging
     import threading
     import time
+    from functools import partial
 
     from sheetq.clock import SystemClock
     from sheetq.config import load_settings
+    from sheetq.mirror_run import mirror_pass
     from sheetq.postgres.worker import PgWorker
     from tests.conftest import write_config
 
     monkeypatch.delenv("SHEETQ_NOW")
     caplog.set_level(logging.INFO, logger="sheetq.worker")
     write_config('[mirror]\ninterval = "1s"\n')
-    worker = PgWorker(load_settings(), clock=SystemClock())
+    settings = load_settings()
+    worker = PgWorker(settings, clock=SystemClock(), mirror=partial(mirror_pass, settings))
     ready = threading.Event()
     thread = threading.Thread(target=worker.run, kwargs={"on_ready": ready.set}, daemon=True)
     thread.start()
