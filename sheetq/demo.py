@@ -179,8 +179,7 @@ def _alert_text(queue: QueuePort, settings: Settings, clock: FakeClock) -> str:
     """The message ``process`` would send for the owed alerts, built and not sent (nothing
     is marked: the alerts stay owed in the demo workbook)."""
     from sheetq.alerts.message import build_message
-    from sheetq.alerts.telegram import Delivery
-    from sheetq.port import AlertItem, AlertReport
+    from sheetq.port import AlertItem, AlertReport, Delivery
 
     text: list[str] = []
 

@@ -21,16 +21,13 @@ from __future__ import annotations
 
 import random
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from sheetq.config import Settings, TypeConfig
 from sheetq.model import MAX_ERROR_CHARS, MAX_RESULT_CHARS, CellValue, ErrorClass, Event, Status
 from sheetq.redact import printable, shorten
 from sheetq.retry import Decision, Outcome, decide
 from sheetq.times import exact_duration, format_ts
-
-if TYPE_CHECKING:
-    from sheetq.port import AlertItem
 
 LOST = "lease expired while processing: the runner stopped before recording the outcome"
 
@@ -90,7 +87,17 @@ def will_do(settings: Settings, task_type: str) -> str:
     return config.on_unknown
 
 
-def alert_order(item: AlertItem) -> tuple[bool, str]:
+class _Owed(Protocol):
+    """An owed alert as ``alert_order`` sees it (``sheetq.port.AlertItem``)."""
+
+    @property
+    def error_class(self) -> str: ...
+
+    @property
+    def task_id(self) -> str: ...
+
+
+def alert_order(item: _Owed) -> tuple[bool, str]:
     """Sort key of an owed alert in its digest: auth failures first, then by task id."""
     return (item.error_class != ErrorClass.AUTH, item.task_id)
 

@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from sheetq.model import Row, Status
 
 if TYPE_CHECKING:
-    from sheetq.alerts.telegram import Delivery
     from sheetq.checks import Check
     from sheetq.clock import Clock
     from sheetq.config import Settings
@@ -42,6 +41,25 @@ Send = Callable[[list["AlertItem"], str], "tuple[AlertReport, Delivery]"]
 
 
 # --- alerts ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Delivery:
+    """What happened to one message.
+
+    ``problem`` is ``""`` when delivered, else one word: ``network`` (unreachable, 5xx,
+    timeout, deadline), ``flood`` (429 beyond the wait budget), ``token`` (401/404),
+    ``forbidden`` (403), ``rejected`` (400 even as plain text), ``error`` (anything
+    else). ``notes`` are token-free lines for stderr.
+    """
+
+    sent: bool = False
+    problem: str = ""
+    notes: list[str] = field(default_factory=list)
+    message_id: int | None = None
+    plain: bool = False  # delivered by the plain-text fallback
+    new_chat_id: int | None = None  # the group was migrated to this id
+    waited: float = 0.0  # seconds spent honouring 429s
 
 
 @dataclass

@@ -50,8 +50,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
-from sheetq.model import WAITING, Status
-from sheetq.sheet.store import CellValue, Row
+from sheetq.model import WAITING, CellValue, Row, Status
 from sheetq.times import format_ts, parse_ts
 
 LOG_COLUMNS = ("ts", "task_id", "type", "event", "status", "duration_ms")

@@ -19,7 +19,8 @@ import socket
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from sheetq.alerts.telegram import Delivery, Timeouts, clean, run_with_bot, secret_list
+from sheetq.alerts.telegram import Timeouts, clean, run_with_bot, secret_list
+from sheetq.port import Delivery
 
 if TYPE_CHECKING:
     from sheetq.config import Settings

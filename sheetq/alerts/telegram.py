@@ -35,10 +35,11 @@ import urllib.parse
 import warnings
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sheetq.config import TelegramSettings
+from sheetq.port import Delivery
 from sheetq.redact import redact, shorten
 
 log = logging.getLogger("sheetq.alerts")
@@ -56,25 +57,6 @@ _LEAKY_LOGGERS = (
 )
 _BODY_DUMP = re.compile(r"\. Parsing the server response .* failed$", re.S)
 T = TypeVar("T")
-
-
-@dataclass
-class Delivery:
-    """What happened to one message.
-
-    ``problem`` is ``""`` when delivered, else one word: ``network`` (unreachable, 5xx,
-    timeout, deadline), ``flood`` (429 beyond the wait budget), ``token`` (401/404),
-    ``forbidden`` (403), ``rejected`` (400 even as plain text), ``error`` (anything
-    else). ``notes`` are token-free lines for stderr.
-    """
-
-    sent: bool = False
-    problem: str = ""
-    notes: list[str] = field(default_factory=list)
-    message_id: int | None = None
-    plain: bool = False  # delivered by the plain-text fallback
-    new_chat_id: int | None = None  # the group was migrated to this id
-    waited: float = 0.0  # seconds spent honouring 429s
 
 
 @dataclass(frozen=True)

@@ -264,11 +264,10 @@ def _agree(seed: int, pg_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     ``plan_skip``, ``archive.select``, ``sheet.alerts.owed``, ``tally_rows``,
     ``stats.compute``): types and error classes as Python strips them, times to the
     second."""
-    from sheetq.alerts.telegram import Delivery
     from sheetq.clock import FixedClock
     from sheetq.config import load_settings
     from sheetq.model import Status
-    from sheetq.port import AlertReport
+    from sheetq.port import AlertReport, Delivery
     from sheetq.postgres.engine import PgQueue
     from sheetq.sheet.alerts import owed
     from sheetq.sheet.archive import select
