@@ -170,7 +170,7 @@ def test_every_relative_link_leads_to_a_file_and_heading() -> None:
 
 def test_nothing_points_outside_the_repository() -> None:
     """No file in sheetq/, tests/, docs/ or README.md refers to a design file or a directory
-    that does not ship with the repository."""
+    that does not ship with the repository, and README.md and docs/ cite no issue numbers."""
     outside = ("DESIGN" + ".md", ".." + "/shared")
     files = [ROOT / "README.md"]
     for folder in ("sheetq", "tests", "docs"):
