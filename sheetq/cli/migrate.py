@@ -77,7 +77,7 @@ def migrate(
 
 
 def document(source: Source, written: Written) -> dict[str, object]:
-    """The ``--json`` document (README "Moving a queue to PostgreSQL")."""
+    """The ``--json`` document (docs/postgresql.md "Moving a queue to PostgreSQL")."""
     return {
         "copied": written.copied.as_json(),
         "already_present": written.already_present.as_json(),

@@ -16,7 +16,7 @@ ON_POSTGRES = True  # the behavioural suite: also runs on PostgreSQL (docs/desig
 
 LEADS = SHARED / "data" / "leads.jsonl"
 WEBHOOKS = SHARED / "data" / "github-webhooks"
-needs_shared = pytest.mark.skipif(not LEADS.exists(), reason="../shared/data is not here")
+needs_shared = pytest.mark.skipif(not LEADS.exists(), reason=f"{LEADS} is not here")
 
 
 def _queue_set(book: Book) -> set[tuple[str, str, str, str]]:

@@ -104,7 +104,7 @@ def _printed(stdout: str, label: str) -> str:
     return match.group(1)
 
 
-@pytest.mark.skipif(not LEADS.exists(), reason="../shared/data is not here")
+@pytest.mark.skipif(not LEADS.exists(), reason=f"{LEADS} is not here")
 def test_counts_equal_the_log_after_processing_real_leads(
     book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
