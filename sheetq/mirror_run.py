@@ -153,10 +153,10 @@ def mirror_pass(
     Google fails (the failure is recorded for ``status``; the queue is untouched and the
     next pass catches up) and ``ConfigError`` without both variables."""
     from sheetq.postgres.mirror import PgMirror
-    from sheetq.postgres.store import PgStore
+    from sheetq.postgres.session import Session
 
     require_mirror(settings)
-    pg = PgStore(settings)
+    pg = Session(settings)
     try:
         sheet = sheet_store(settings)
         try:
@@ -362,11 +362,13 @@ class _Pass:
 
     def _apply_edits(self, conn: Any, edits: Any, truth: dict[str, Texts], now: datetime) -> None:
         """Requeues and owners, planned from the tasks under a row lock, applied with their
-        log rows; ``truth`` gets the tasks as they are after."""
+        log rows, stamped with the server's clock (``now`` when pretended, ``SHEETQ_NOW``);
+        ``truth`` gets the tasks as they are after."""
         ids = {*edits.requeue, *edits.owners}
-        locked = self.mirror.tasks(conn, ids, lock=True)
+        locked = self.mirror.tasks(conn, ids)
+        stamp = self.mirror.stamp(conn, now)
         changes, requeued, owners = plan_edits(
-            edits, locked, settings=self.settings, now=now, run_id=new_run_id("mirror")
+            edits, locked, settings=self.settings, now=stamp, run_id=new_run_id("mirror")
         )
         self.mirror.apply_edits(conn, changes)
         self.report.requeued += len(requeued)
@@ -374,7 +376,7 @@ class _Pass:
         owner_at = QUEUE_COLUMNS.index("owner")
         self.report.owner_lines += [
             f"{task_id}: owner {locked[task_id][owner_at]!r} -> {edits.owners[task_id]!r} "
-            f"saved from the spreadsheet (updated_at {format_ts(now)}; no QueueLog row)"
+            f"saved from the spreadsheet (updated_at {format_ts(stamp)}; no QueueLog row)"
             for task_id in owners
         ]
         truth.update(self.mirror.tasks(conn, ids))
@@ -387,9 +389,9 @@ def mirror_status(settings: Settings, now: datetime) -> dict[str, Any] | None:
     if not (settings.database_url and settings.spreadsheet):
         return None
     from sheetq.postgres.mirror import PgMirror
-    from sheetq.postgres.store import PgStore
+    from sheetq.postgres.session import Session
 
-    pg = PgStore(settings)
+    pg = Session(settings)
     try:
         doc = PgMirror(pg).lag(now)
     finally:

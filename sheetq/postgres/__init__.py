@@ -16,8 +16,8 @@
   mark in a new one;
 * ``presence`` — each worker's and run's advisory lock, so a gone one is named;
 * ``reports`` — ``status``, ``list``, ``show``, ``stats`` in SQL;
-* ``store`` — ``PgStore``: the worksheet-shaped ``Store`` port over the tables (what the
-  mirror still plans with; transitional).
+* ``mirror`` — the spreadsheet mirror's reads and writes (its state, the window as cell
+  texts, the managers' requeues and owners with their log rows).
 
 Nothing outside this package imports psycopg.
 """

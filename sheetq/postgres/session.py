@@ -1,5 +1,6 @@
 """One connection to a queue's tables, for the commands that manage and read a queue
-(``requeue``, ``skip``, ``archive``, ``alert``, ``status``, ``list``, ``show``, ``stats``).
+(``requeue``, ``skip``, ``archive``, ``alert``, ``status``, ``list``, ``show``, ``stats``)
+and for the spreadsheet mirror (``sheetq.postgres.mirror``).
 
 ``Session`` opens the connection on first use, checks the schema once, and runs each
 change as one transaction (``transaction``), turning what the server says into one line

@@ -75,14 +75,14 @@ class Mirrored:
         """Every task of the window as PostgreSQL has it, as the §2 cell texts."""
         from sheetq.config import load_settings
         from sheetq.postgres.mirror import PgMirror
-        from sheetq.postgres.store import PgStore
+        from sheetq.postgres.session import Session
 
-        store = PgStore(load_settings())
+        session = Session(load_settings())
         try:
-            with store.transaction() as conn:
-                return PgMirror(store).load(conn, NOW, 7 * 86400).truth
+            with session.transaction() as conn:
+                return PgMirror(session).load(conn, NOW, 7 * 86400).truth
         finally:
-            store.close()
+            session.close()
 
     def assert_sheet_is_truth(self) -> None:
         """Every Queue row's sheetq cells equal PostgreSQL's for its task, and every task of
