@@ -4,8 +4,11 @@ mirror` against a real PostgreSQL server and the loopback Sheets emulator, both 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -13,6 +16,7 @@ import pytest
 
 from sheetq.model import QUEUE_COLUMNS
 from tests.conftest import GoogleBook, Result, make_google, run_cli
+from tests.postgres.test_clock_skew import _env as skewed_env
 
 pytestmark = [pytest.mark.postgres, pytest.mark.google]
 
@@ -200,6 +204,86 @@ def test_typed_pending_over_failed_requeues(mirrored: Mirrored, typed: str) -> N
     assert mirrored.row(ids[0])["status"] == "pending"
     assert mirrored.book.log(ids[0])[-1]["event"] == "requeued"
     assert mirrored.passed()["requeued"] == 0, "applied once"
+
+
+def test_typed_requeue_writes_only_the_redrive(mirrored: Mirrored) -> None:
+    """A requeue typed in the sheet changes exactly what a redrive changes — pending, due and
+    stamped at the pass's moment, error class, alert mark and lease cleared — and keeps the
+    rest (attempts, last error, owner, result); its one log row is stamped the same, with the
+    task's type and attempts and a `mirror` run id."""
+    (task_id,) = mirrored.enqueue(1, "invoice")
+    mirrored.set_status(
+        task_id,
+        "failed",
+        error_class="permanent",
+        retry_count=3,
+        last_error="boom",
+        owner="ops",
+        result="r",
+        alerted_at=NOW,
+        lease_owner="run_old",
+        lease_until=NOW,
+    )
+    mirrored.passed()
+    mirrored.book.set_cell("Queue", int(mirrored.row(task_id)["_row"]), "status", "pending")
+    later = NOW + timedelta(minutes=5)
+    mirrored.at(later)
+    assert mirrored.passed()["requeued"] == 1
+    assert mirrored.sql(
+        "SELECT status, next_retry_at, updated_at, error_class, alerted_at, lease_owner, "
+        "lease_until, retry_count, last_error, owner, result, type "
+        "FROM sheetq_tasks WHERE task_id = %s",
+        (task_id,),
+    ) == [("pending", later, later, "", None, "", None, 3, "boom", "ops", "r", "invoice")]
+    logged = mirrored.sql(
+        "SELECT ts, type, event, status, retry_count, message, duration_ms, run_id "
+        "FROM sheetq_log WHERE task_id = %s ORDER BY id DESC LIMIT 1",
+        (task_id,),
+    )
+    assert logged[0][:7] == (
+        later,
+        "invoice",
+        "requeued",
+        "pending",
+        3,
+        "requeued in the spreadsheet (was failed)",
+        None,
+    )
+    assert str(logged[0][7]).startswith("mirror")
+
+
+@pytest.mark.slow
+def test_edits_are_stamped_with_the_servers_clock(
+    mirrored: Mirrored, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass on a host whose clock is ten minutes ahead (simulated, not `SHEETQ_NOW`) stamps
+    a manager's requeue, its log row and a saved owner with the server's clock."""
+    monkeypatch.delenv("SHEETQ_NOW")
+    requeued, owned = mirrored.enqueue(2)
+    mirrored.set_status(requeued, "failed", updated_at=datetime.now(UTC))
+    mirrored.set_status(owned, "failed", updated_at=datetime.now(UTC), owner="ops")
+    mirrored.passed()
+    mirrored.book.set_cell("Queue", int(mirrored.row(requeued)["_row"]), "status", "pending")
+    mirrored.book.set_cell("Queue", int(mirrored.row(owned)["_row"]), "owner", "sales")
+    done = subprocess.run(
+        [sys.executable, "-m", "sheetq", "mirror", "--json"],
+        env=skewed_env(tmp_path, 600),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert (doc["requeued"], doc["owners_saved"]) == (1, 1)
+    ((server_now,),) = mirrored.sql("SELECT statement_timestamp()")
+    stamps = mirrored.sql(
+        "SELECT next_retry_at, updated_at FROM sheetq_tasks WHERE task_id = %s", (requeued,)
+    )[0]
+    stamps += mirrored.sql("SELECT updated_at FROM sheetq_tasks WHERE task_id = %s", (owned,))[0]
+    stamps += mirrored.sql(
+        "SELECT ts FROM sheetq_log WHERE task_id = %s AND event = 'requeued'", (requeued,)
+    )[0]
+    assert all(abs((server_now - at).total_seconds()) < 60 for at in stamps), stamps
 
 
 def test_typed_over_skipped_requeues(mirrored: Mirrored) -> None:
