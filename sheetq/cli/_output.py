@@ -5,10 +5,12 @@ Diagnostics always go to stderr.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -42,6 +44,40 @@ def warn(text: str) -> None:
     """A diagnostic line on stderr."""
     sys.stderr.write(f"sheetq: {text}\n")
     sys.stderr.flush()
+
+
+@contextlib.contextmanager
+def stdout_kept_for_sheetq() -> Iterator[None]:
+    """While handlers run: file descriptor 1 points at stderr, so whatever a handler's own
+    program writes there (a Python handler's child process, ``os.write(1, …)``) lands on
+    stderr, and sheetq's stdout keeps only sheetq's output (one ``--json`` document).
+    ``sys.stdout`` writes to the original stdout through a duplicate descriptor meanwhile;
+    both come back on exit. Nothing changes when ``sys.stdout`` is not descriptor 1
+    (captured, as in tests)."""
+    original = sys.stdout
+    try:
+        is_fd1 = original.fileno() == 1
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation: captured
+        is_fd1 = False
+    if not is_fd1:
+        yield
+        return
+    original.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        sys.stdout = open(  # noqa: SIM115 - closed below, after the handlers
+            saved, "w", encoding=original.encoding, errors=original.errors, closefd=False
+        )
+        yield
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            if sys.stdout is not original:
+                sys.stdout.close()
+        sys.stdout = original
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def emit_json(doc: Any) -> None:

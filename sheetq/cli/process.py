@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from sheetq.cli._output import echo, emit_json, err, warn
+from sheetq.cli._output import echo, emit_json, err, stdout_kept_for_sheetq, warn
 from sheetq.errors import Interrupted, UsageError
 from sheetq.summary import interrupted_json
 
@@ -98,15 +98,16 @@ def process(
     queue = state.queue()
     show_progress = not (as_json or quiet) and err().is_terminal
     try:
-        summary = queue.run(
-            options,
-            clock=state.clock(),
-            rng=state.rng(),
-            notifier=notifier,
-            on_progress=(lambda msg: err().print(f"[dim]running {msg}[/dim]"))
-            if show_progress
-            else None,
-        )
+        with stdout_kept_for_sheetq():
+            summary = queue.run(
+                options,
+                clock=state.clock(),
+                rng=state.rng(),
+                notifier=notifier,
+                on_progress=(lambda msg: err().print(f"[dim]running {msg}[/dim]"))
+                if show_progress
+                else None,
+            )
     except Interrupted as exc:  # SIGINT/SIGTERM: --json still says what was done
         if as_json and exc.summary is not None:
             emit_json(interrupted_json(exc))

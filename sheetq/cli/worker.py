@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from sheetq.cli._output import echo, warn
+from sheetq.cli._output import echo, stdout_kept_for_sheetq, warn
 from sheetq.errors import UsageError
 
 
@@ -100,7 +100,7 @@ def worker(
         types=tuple(types or ()),
         poll=every,
     )
-    with _signals(runner.stop, runner.abandon):
+    with _signals(runner.stop, runner.abandon), stdout_kept_for_sheetq():
         # said once the database answered: a worker that cannot start says one line, why
         summary = runner.run(on_ready=(lambda: warn(alerts_off)) if alerts_off else None)
     if not quiet or (notifier is not None and summary.alerts_owed):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Book, handler_script, run_cli, write_config
+from tests.conftest import Book, handler_script, run_cli, run_proc, write_config
 
 ON_POSTGRES = True
 
@@ -96,6 +96,33 @@ def test_a_python_handlers_prints_go_to_stderr(
     assert "a second line" in r.stderr and "and a write" in r.stderr, r.stderr
     assert book.row_of(task)["result"] == "fine"
     print("the test's own stdout still works")
+
+
+SPAWNING = """
+import os
+import subprocess
+
+def run(task):
+    subprocess.run(["echo", "from a child program"], check=True)
+    os.write(1, b"written to descriptor 1\\n")
+    return "spawned"
+"""
+
+
+def test_what_a_python_handlers_child_programs_print_goes_to_stderr(
+    book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Python handler that starts a program, or writes to descriptor 1 itself: a real
+    `sheetq process --json` process's stdout is still exactly one JSON document."""
+    (Path.cwd() / "spawning.py").write_text(SPAWNING, encoding="utf-8")
+    write_config('[types.spawn]\npython = "spawning:run"\n')
+    task = run_cli(["enqueue", "spawn", '{"n": 1}', "--json"]).json()["task_id"]
+    env = {"PYTHONPATH": os.pathsep.join([str(Path.cwd()), *sys.path])}
+    r = run_proc(["process", "--json"], env=env)
+    assert r.code == 0, r.stderr
+    assert json.loads(r.stdout)["done"] == 1, r.stdout
+    assert "from a child program" in r.stderr and "written to descriptor 1" in r.stderr, r
+    assert book.row_of(task)["result"] == "spawned"
 
 
 @pytest.mark.postgres
