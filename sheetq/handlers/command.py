@@ -100,6 +100,8 @@ def _run(
             preexec_fn=_die_with_parent,
         )
     except FileNotFoundError:
+        if cwd is not None and not os.path.isdir(cwd):
+            return _Ran(None, "", "", f"working folder not found: cwd {str(cwd)!r}")
         return _Ran(None, "", "", f"command not found: {argv[0]!r} (cwd {cwd})")
     except PermissionError:
         return _Ran(None, "", "", f"command not executable: {argv[0]!r}")

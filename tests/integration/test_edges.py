@@ -286,3 +286,16 @@ def test_license_is_the_declared_mit() -> None:
     text = (ROOT / "LICENSE").read_text(encoding="utf-8")
     assert declared["project"]["license"] == "MIT"
     assert text.startswith("MIT License\n") and "Copyright (c) 2026 the sheetq authors" in text
+
+
+def test_a_missing_working_folder_is_named_not_the_command(book: Book, tmp_path: Path) -> None:
+    """A command handler whose `cwd` does not exist: the task's error names the folder,
+    not the (existing) command."""
+    missing = tmp_path / "no-such-folder"
+    write_config(f'[types.lead]\ncommand = ["true"]\ncwd = "{missing}"\n')
+    task = run_cli(["enqueue", "lead", '{"n": 1}', "--json"]).json()["task_id"]
+    r = run_cli(["process"])
+    assert r.code == 0, r.stderr
+    error = book.row_of(task)["last_error"]
+    assert "working folder not found" in error and str(missing) in error, error
+    assert "command not found" not in error, error
