@@ -23,7 +23,7 @@ import os, time
 def run(task):
     with open(os.environ["STARTS"], "a") as f:
         f.write(f"{task.task_id} {time.time()}\\n")
-    while os.path.exists(os.environ.get("BLOCK", "/nonexistent")):
+    while os.environ.get("BLOCK") and os.path.exists(os.environ["BLOCK"]):
         time.sleep(0.05)
     time.sleep(float(task.payload.get("sleep", 0)))
     return "ok"
