@@ -125,7 +125,7 @@ def run_demo(
     try:
         queue.init(fmt=False, dashboard=False, clock=clock, say=lambda _line: None)
         say(f"1. A fresh local workbook: {path}")
-        say("   (worksheets Queue, QueueLog, QueueArchive, QueueLogArchive — the same as on Google Sheets)")
+        say("   (worksheets Queue, QueueLog, QueueArchive, QueueLogArchive — as on Google Sheets)")
         say("")
         say("2. Enqueue four tasks, then a repeated webhook and a conflicting one:")
         for task_type, payload in [*SAMPLES, DUPLICATE, CONFLICT]:
