@@ -66,6 +66,7 @@ import threading
 import time
 import traceback
 import urllib.parse
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -1446,3 +1447,15 @@ class FakeBotAPI:
                 and v
             }
         return message
+
+
+@contextlib.contextmanager
+def bot_for_sheetq(monkeypatch: Any, *, timeout: str) -> Iterator[FakeBotAPI]:
+    """A running fake Bot API that sheetq is configured to use (its URL, token and the
+    forum chat in the environment; ``SHEETQ_TELEGRAM_TIMEOUT`` = ``timeout`` seconds)."""
+    with FakeBotAPI() as server:
+        monkeypatch.setenv("SHEETQ_TELEGRAM_API_URL", server.base_url)
+        monkeypatch.setenv("TELEGRAM_BOT_TOKEN", server.token)
+        monkeypatch.setenv("TELEGRAM_CHAT_ID", str(FORUM_CHAT_ID))
+        monkeypatch.setenv("SHEETQ_TELEGRAM_TIMEOUT", timeout)
+        yield server

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, Book, handler_script, run_cli, write_config
-from tests.fakes.telegram_fake import FORUM_CHAT_ID, FakeBotAPI, parse_entities
+from tests.fakes.telegram_fake import FakeBotAPI, bot_for_sheetq, parse_entities
 from tests.sheet_only import on_postgres, sheet_only
 
 ON_POSTGRES = True  # the behavioural suite: also runs on PostgreSQL (docs/design.md §10)
@@ -27,11 +27,7 @@ NEW_CHAT_ID = -1009876543210
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeBotAPI]:
     """A running fake Bot API that sheetq is configured to use (tiny timeouts)."""
-    with FakeBotAPI() as server:
-        monkeypatch.setenv("SHEETQ_TELEGRAM_API_URL", server.base_url)
-        monkeypatch.setenv("TELEGRAM_BOT_TOKEN", server.token)
-        monkeypatch.setenv("TELEGRAM_CHAT_ID", str(FORUM_CHAT_ID))
-        monkeypatch.setenv("SHEETQ_TELEGRAM_TIMEOUT", "0.5")
+    with bot_for_sheetq(monkeypatch, timeout="0.5") as server:
         yield server
     assert server.server_errors == []
 

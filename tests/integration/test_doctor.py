@@ -22,7 +22,7 @@ from tests.conftest import (
     run_cli,
     write_config,
 )
-from tests.fakes.telegram_fake import FORUM_CHAT_ID, FakeBotAPI
+from tests.fakes.telegram_fake import FakeBotAPI, bot_for_sheetq
 from tests.sheet_only import on_postgres, sheet_only
 
 ON_POSTGRES = True  # the behavioural suite: also runs on PostgreSQL (docs/design.md §10)
@@ -368,11 +368,7 @@ def test_handler_problems(book: Book, tmp_path: Path, monkeypatch: pytest.Monkey
 @pytest.fixture
 def fake_bot(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeBotAPI]:
     """A fake Bot API that sheetq is configured to use."""
-    with FakeBotAPI() as server:
-        monkeypatch.setenv("SHEETQ_TELEGRAM_API_URL", server.base_url)
-        monkeypatch.setenv("TELEGRAM_BOT_TOKEN", server.token)
-        monkeypatch.setenv("TELEGRAM_CHAT_ID", str(FORUM_CHAT_ID))
-        monkeypatch.setenv("SHEETQ_TELEGRAM_TIMEOUT", "0.5")
+    with bot_for_sheetq(monkeypatch, timeout="0.5") as server:
         yield server
 
 

@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from tests.conftest import handler_script, run_cli, write_config
-from tests.fakes.telegram_fake import FORUM_CHAT_ID, FakeBotAPI
+from tests.fakes.telegram_fake import FakeBotAPI, bot_for_sheetq
 
 pytestmark = pytest.mark.postgres
 
@@ -29,11 +29,7 @@ TASK_ID = re.compile(r"t_[0-9A-Z]{26}")
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeBotAPI]:
     """The fake Bot API, with a read timeout long enough for its slow answers."""
-    with FakeBotAPI() as server:
-        monkeypatch.setenv("SHEETQ_TELEGRAM_API_URL", server.base_url)
-        monkeypatch.setenv("TELEGRAM_BOT_TOKEN", server.token)
-        monkeypatch.setenv("TELEGRAM_CHAT_ID", str(FORUM_CHAT_ID))
-        monkeypatch.setenv("SHEETQ_TELEGRAM_TIMEOUT", "10")
+    with bot_for_sheetq(monkeypatch, timeout="10") as server:
         yield server
     assert server.server_errors == []
 

@@ -14,22 +14,11 @@ from typing import Any
 import pytest
 
 from tests.conftest import Book, LocalBook, PgBook, make_google, run_cli, write_config
+from tests.postgres.test_migrate import HANDLERS
 
 pytestmark = pytest.mark.postgres
 
 NOW = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
-HANDLERS = """
-import sheetq
-
-def ok(task):
-    return "crm-" + str(task.payload["n"])
-
-def bad(task):
-    raise sheetq.FailTask("bad row")
-
-def flaky(task):
-    raise sheetq.RetryTask("try later")
-"""
 CONFIG = """
 [types.ok]
 python = "mm_handlers:ok"
