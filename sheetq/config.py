@@ -183,6 +183,9 @@ def _unknown_keys(where: str, got: Mapping[str, Any], allowed: set[str]) -> None
             variable = _SECRET_KEYS.get((where, key))
             close = difflib.get_close_matches(key, sorted(allowed), n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
+            per_type = difflib.get_close_matches(key, sorted(_TYPE_KEYS - allowed), n=1)
+            if where == "[defaults]" and not close and per_type:
+                hint = f" ('{per_type[0]}' is a type's own key: put it under [types.NAME])"
             if variable:
                 hint = (
                     f": the bot token is a secret, kept out of this file; set {variable} in "
@@ -244,6 +247,16 @@ def _str_list(where: str, value: Any) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ConfigError(f"{where}: expected a list of strings, got {value!r}")
     return tuple(value)
+
+
+def _field_names(where: str, value: Any) -> tuple[str, ...]:
+    """A list of payload field names: each non-empty (an empty name would key every task on
+    a field no payload has)."""
+    names = _str_list(where, value)
+    for name in names:
+        if not name.strip():
+            raise ConfigError(f"{where}: an empty field name in {list(names)!r}")
+    return names
 
 
 def _command(where: str, value: Any) -> tuple[str, ...]:
@@ -340,7 +353,7 @@ def _type(name: str, raw: Any, defaults: TypeConfig, base_dir: Path) -> TypeConf
         name=name,
         handler=handler,
         policy=_policy(where, raw, defaults.policy),
-        key_fields=_str_list(f"{where}.key_fields", raw.get("key_fields", [])),
+        key_fields=_field_names(f"{where}.key_fields", raw.get("key_fields", [])),
         idempotent=idempotent,
         owner=owner,
         on_unknown=on_unknown,

@@ -76,7 +76,9 @@ def run_cli(args: Sequence[str], *, input: str | None = None) -> Result:
     _output._out = None
     _output._err = None
     out, err = io.StringIO(), io.StringIO()
-    stdin = io.StringIO(input or "")
+    # Text over bytes, as a real stdin is (``input`` may carry non-UTF-8 bytes as surrogates).
+    raw = io.BytesIO((input or "").encode("utf-8", "surrogateescape"))
+    stdin = io.TextIOWrapper(raw, encoding="utf-8")
     stdin.isatty = lambda: input is None  # type: ignore[method-assign]
     old_stdin = sys.stdin
     sys.stdin = stdin

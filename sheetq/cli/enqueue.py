@@ -15,12 +15,22 @@ from sheetq.errors import ConflictError, InputError, UsageError
 MAX_BAD_LINES_SHOWN = 10
 
 
+def _read_stdin() -> tuple[str, str]:
+    """Standard input as UTF-8 text (a byte-order mark dropped), or an ``InputError`` that
+    names the first byte that is not UTF-8."""
+    data = sys.stdin.buffer.read()
+    try:
+        return data.decode("utf-8-sig"), "stdin"
+    except UnicodeDecodeError as exc:
+        raise InputError(f"stdin: not UTF-8 text (byte {exc.start})") from None
+
+
 def _read_source(payload: str | None, file: str | None) -> tuple[str, str]:
     """The input text and a name for messages."""
     if payload is not None and file is not None:
         raise UsageError("give the payload inline or with --file, not both")
     if payload == "-" or file == "-":
-        return sys.stdin.read(), "stdin"
+        return _read_stdin()
     if file is not None:
         path = Path(file)
         try:
@@ -35,7 +45,7 @@ def _read_source(payload: str | None, file: str | None) -> tuple[str, str]:
         return payload, "payload"
     if sys.stdin.isatty():
         raise UsageError("no payload: give it inline, with --file F, or on stdin with '-'")
-    return sys.stdin.read(), "stdin"
+    return _read_stdin()
 
 
 def _when(delay: str | None, at: str | None, tz_name: str) -> datetime | None:

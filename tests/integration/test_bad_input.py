@@ -44,6 +44,8 @@ def _one_line(stderr: str) -> str:
         (["enqueue", "lead", "-"], '{"a":' * 600 + "1" + "}" * 600, "more than 100 levels"),
         (["enqueue", "lead", "-"], '{"n": ' + "9" * 5000 + "}", "more than 4,300 digits"),
         (["enqueue", "lead", "{}", "--key", "a\udcffb"], None, "not valid UTF-8: byte 0xFF"),
+        (["enqueue", "lead", "-"], '{"name": "Jos\udce9"}', "stdin: not UTF-8 text (byte 13)"),
+        (["enqueue", "lead", "--jsonl"], '{"a": 1}\n\udcff\n', "stdin: not UTF-8 text (byte 9)"),
     ],
 )
 def test_usage_errors_exit_2_and_write_nothing(

@@ -94,6 +94,8 @@ max_attempts = 7
         ("[types.x]\nrate_limit = 'lots'\n", "expected a rate"),
         ("[types.x]\ncommand='a'\non_unknown = 'reconcile'\n", "needs reconcile"),
         ("[queue\n", "not valid TOML"),
+        ("[types.x]\ncommand='a'\nkey_fields = ['']\n", "key_fields: an empty field name"),
+        ("[defaults]\ncomand = 'x'\n", "'command' is a type's own key: put it under [types"),
     ],
 )
 def test_config_errors_name_the_key(tmp_path: Path, text: str, fragment: str) -> None:
