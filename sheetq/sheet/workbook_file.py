@@ -17,10 +17,15 @@ _NOT_OURS = "sheetq never changes it: choose another path"
 
 
 def path_refusal(path: Path, *, create: bool) -> Refusal | None:
-    """Before opening ``path``: a folder, a file in a folder that does not exist (never
-    created: a typo must not make folders), or, unless ``create``, no file yet."""
+    """Before opening ``path``: a folder, a device or pipe, a file in a folder that does not
+    exist (never created: a typo must not make folders), or, unless ``create``, no file yet."""
     if path.is_dir():
         return f"{path}: a folder, not a file", f"name a file in it (local:{path}/sheetq.db)"
+    if path.exists() and not path.is_file():
+        return (
+            f"{path}: not a regular file (a device, pipe or socket)",
+            "name a file for the workbook, such as local:./sheetq.db",
+        )
     folder = path.parent
     if not folder.is_dir():
         why = "not a folder" if folder.exists() else "no such folder"

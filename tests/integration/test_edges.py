@@ -146,6 +146,26 @@ def test_local_folder_is_refused_naming_a_file_in_it(
     assert list(folder.iterdir()) == []
 
 
+def test_local_device_or_pipe_is_refused_the_same_by_init_status_and_doctor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`local:/dev/null` or a named pipe: one answer from init, status and doctor (not "run
+    `sheetq init`", which could never fill it)."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for path in (Path("/dev/null"), fifo):
+        monkeypatch.setenv("SHEETQ_SPREADSHEET", f"local:{path}")
+        line = (
+            f"{path}: not a regular file (a device, pipe or socket); name a file for the "
+            "workbook, such as local:./sheetq.db"
+        )
+        for command in ("init", "status"):
+            r = run_cli([command])
+            assert (r.code, r.stderr) == (2, f"sheetq: error: {line}\n"), command
+        r = run_cli(["doctor"])
+        assert r.code == 1 and _doctor_answer(r) == line
+
+
 @pytest.mark.parametrize("kind", ["tables", "text"])
 def test_foreign_file_gets_one_answer_from_doctor_init_and_status(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
