@@ -48,14 +48,21 @@ def check_sheet(settings: Settings) -> list[Check]:
 
 
 def check_headers(info: WorkbookInfo, settings: Settings) -> list[Check]:
-    """Queue, QueueLog and QueueArchive exist with every column sheetq needs, none twice."""
+    """Queue, QueueLog and QueueArchive exist with every column sheetq needs, none twice;
+    QueueLogArchive too once `archive --log-older-than` has made it (until then it is not
+    needed)."""
     checks: list[Check] = []
     for title, columns in (
         (settings.queue_sheet, QUEUE_COLUMNS),
         (settings.log_sheet, LOG_COLUMNS),
         (settings.archive_sheet, QUEUE_COLUMNS),
+        (settings.log_archive_sheet, LOG_COLUMNS),
     ):
         what, sheet = f"worksheet {title}", info.sheets.get(title)
+        if sheet is None and title == settings.log_archive_sheet:
+            detail = f"'{title}' not made yet: `archive --log-older-than` makes it"
+            checks.append(fine(what, detail))
+            continue
         if sheet is None:
             checks.append(problem(what, f"'{title}' does not exist", "run `sheetq init`"))
             continue
@@ -190,7 +197,7 @@ def check_google(settings: Settings) -> list[Check]:
         return [credentials]
     who = f"the service account {email}" if email else "the account sheetq uses"
     try:
-        store = GoogleStore.from_settings(settings)
+        store = GoogleStore.from_settings(settings, extra_titles=(settings.log_archive_sheet,))
     except SheetqError as exc:
         return [credentials, problem("spreadsheet", exc.message)]
     try:

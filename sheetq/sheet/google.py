@@ -140,10 +140,16 @@ class GoogleStore(VerifiedWrites):
 
     @classmethod
     def from_settings(
-        cls, settings: Settings, *, time_limit: float | None = None, time_limit_name: str = ""
+        cls,
+        settings: Settings,
+        *,
+        time_limit: float | None = None,
+        time_limit_name: str = "",
+        extra_titles: Sequence[str] = (),
     ) -> GoogleStore:
         """Build the adapter from ``SHEETQ_SPREADSHEET`` and the credential settings;
-        ``time_limit`` as in the constructor."""
+        ``time_limit`` as in the constructor; ``extra_titles``: worksheets whose header rows
+        ``open()`` also reads (besides Queue, QueueLog and QueueArchive)."""
         import gspread
 
         key = spreadsheet_key(settings.spreadsheet)
@@ -156,7 +162,12 @@ class GoogleStore(VerifiedWrites):
         return cls(
             key,
             client.http_client,
-            titles=(settings.queue_sheet, settings.log_sheet, settings.archive_sheet),
+            titles=(
+                settings.queue_sheet,
+                settings.log_sheet,
+                settings.archive_sheet,
+                *extra_titles,
+            ),
             account=account,
             time_limit=time_limit,
             time_limit_name=time_limit_name or "its time limit",

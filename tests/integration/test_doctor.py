@@ -141,6 +141,18 @@ def test_missing_column(book: Book) -> None:
     assert "Queue" in line and "lacks column(s) owner" in line and "sheetq init" in line
 
 
+def test_log_archive_columns_are_checked(book: Book) -> None:
+    """QueueLogArchive is checked like QueueLog: a header cell a person cleared there is
+    named, fix `sheetq init`."""
+    sheet_only(book, "header cells; a database's schema is checked by version")
+    assert line_of(doctor(), "worksheet QueueLogArchive").startswith("ok")
+    book.set_cell("QueueLogArchive", 1, "event", "")
+    r = doctor()
+    assert r.code == 1
+    (problem,) = problems(r)
+    assert "QueueLogArchive" in problem and "lacks column(s) event" in problem
+
+
 def test_duplicated_column(book: Book) -> None:
     """A manager's column that repeats a sheetq header is named with both columns."""
     sheet_only(book, "header cells; a table's columns cannot repeat")
