@@ -23,8 +23,14 @@ SCOPES = ["https://www.googleapis.com/auth/spreadsheets"]
 
 
 def spreadsheet_key(target: str) -> str:
-    """The key from a Google Sheets URL, or the key itself."""
+    """The key from a Google Sheets URL, or the key itself. Raises ``ConfigError`` (exit 2)
+    for anything else, without echoing a database URL (it may carry a password)."""
     target = target.strip()
+    if target.lower().startswith(("postgres://", "postgresql://")):  # never echoed: a password
+        raise ConfigError(
+            "SHEETQ_SPREADSHEET holds a PostgreSQL URL: set it as SHEETQ_DATABASE_URL "
+            "(SHEETQ_SPREADSHEET names the spreadsheet, a Google URL or local:PATH)"
+        )
     if "/" in target or target.startswith("http"):
         from gspread.utils import extract_id_from_url
 

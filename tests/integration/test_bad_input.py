@@ -69,6 +69,19 @@ def test_missing_spreadsheet_names_both_forms(monkeypatch: pytest.MonkeyPatch) -
     assert not list(Path.cwd().glob("*.db"))
 
 
+def test_database_url_in_the_spreadsheet_variable_is_named_not_echoed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A PostgreSQL URL in SHEETQ_SPREADSHEET: one line naming SHEETQ_DATABASE_URL, exit 2,
+    and the password in the URL is not printed."""
+    monkeypatch.delenv("SHEETQ_DATABASE_URL", raising=False)
+    monkeypatch.setenv("SHEETQ_SPREADSHEET", "postgresql://app:s3cret@db.example/shop")
+    r = run_cli(["status"])
+    assert r.code == 2
+    line = _one_line(r.stderr)
+    assert "SHEETQ_DATABASE_URL" in line and "s3cret" not in r.stdout + r.stderr
+
+
 def test_workbook_not_initialised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A local workbook that does not exist yet: exit 2 telling to run `sheetq init`."""
     monkeypatch.setenv("SHEETQ_SPREADSHEET", f"local:{tmp_path / 'none.db'}")
