@@ -134,7 +134,10 @@ def _nfc(value: Any) -> Any:
     if isinstance(value, list):
         return [_nfc(v) for v in value]
     if isinstance(value, float) and not math.isfinite(value):
-        raise InputError("payload: NaN and Infinity are not valid JSON")
+        raise InputError(
+            "payload: a number too large for a double (such as 1e999: it would become "
+            "Infinity, which JSON cannot carry); send it as a string"
+        )
     return value
 
 

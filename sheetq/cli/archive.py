@@ -22,6 +22,7 @@ def archive(
         str | None,
         typer.Option(
             "--older-than",
+            metavar="DURATION",
             help="Finished before this long ago (e.g. 30d; the default without --log-older-than).",
         ),
     ] = None,
@@ -29,6 +30,7 @@ def archive(
         str | None,
         typer.Option(
             "--log-older-than",
+            metavar="DURATION",
             help="Also (or only) move QueueLog rows older than this to QueueLogArchive.",
         ),
     ] = None,

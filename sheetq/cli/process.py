@@ -37,6 +37,7 @@ def process(
         str | None,
         typer.Option(
             "--max-runtime",
+            metavar="DURATION",
             help="Claim no new batch after this long (e.g. 50s for a per-minute "
             "cron); unstarted tasks are released.",
         ),
@@ -169,10 +170,15 @@ def _check_types(types: Sequence[str], settings: Settings) -> None:
     configured = sorted(t for t, c in settings.types.items() if c.handler is not None)
     missing = [t for t in dict.fromkeys(types) if t not in configured]
     where = settings.config_path or "sheetq.toml (none found)"
+    lines = []
     for name in missing:
         close = difflib.get_close_matches(name, configured, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        warn(f"--type {name!r}: no handler is configured for this type in {where}{hint}")
-    if types and len(missing) == len(set(types)):
+        lines.append(f"--type {name!r}: no handler is configured for this type in {where}{hint}")
+    if types and len(missing) == len(set(types)):  # nothing to run: one error, no warnings
         known = ", ".join(configured) or "none"
+        if len(lines) == 1:
+            raise UsageError(f"{lines[0]}; configured types: {known}")
         raise UsageError(f"no given --type has a handler (configured types: {known})")
+    for line in lines:
+        warn(line)

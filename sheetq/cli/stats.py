@@ -16,7 +16,10 @@ if TYPE_CHECKING:
 
 def stats(
     since: Annotated[
-        str, typer.Option("--since", help="Window: a duration (24h, 7d) or an ISO time.")
+        str,
+        typer.Option(
+            "--since", metavar="DURATION|TIME", help="Window: a duration (24h, 7d) or an ISO time."
+        ),
     ] = "24h",
     types: Annotated[
         list[str] | None, typer.Option("--type", "-t", metavar="TYPE", help="Only this type.")

@@ -36,6 +36,8 @@ def _one_line(stderr: str) -> str:
         (["enqueue", "lead", "{}", "--tpye", "x"], None, "No such option: --tpye"),
         (["enqueue"], None, "Missing argument 'TYPE'"),
         (["process", "--batch-size", "0"], None, "--batch-size"),
+        (["process", "--type", "nosuch"], None, "--type 'nosuch': no handler is configured"),
+        (["enqueue", "lead", '{"a": 1e999}'], None, "a number too large for a double"),
         (["process", "--max-batches", "2", "--until-empty"], None, "not both"),
         (["process", "--max-runtime", "fast"], None, "--max-runtime"),
         (["list", "--status", "nope"], None, "--status 'nope'"),
