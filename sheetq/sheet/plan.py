@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
-from functools import cached_property
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
 
 from sheetq.config import Settings, TypeConfig
 from sheetq.model import (
@@ -86,6 +85,28 @@ def as_int(value: CellValue) -> int:
         return 0
 
 
+T = TypeVar("T")
+
+
+class _lazy(Generic[T]):
+    """``functools.cached_property`` without its lock: Python 3.11 takes a lock on every
+    first read, and a batch plan reads several properties of every row it scans."""
+
+    def __init__(self, compute: Callable[[Any], T]) -> None:
+        self._compute = compute
+        self._name = compute.__name__
+
+    @overload
+    def __get__(self, row: None, owner: type) -> _lazy[T]: ...
+    @overload
+    def __get__(self, row: object, owner: type) -> T: ...
+    def __get__(self, row: object, owner: type) -> T | _lazy[T]:
+        if row is None:
+            return self
+        value = row.__dict__[self._name] = self._compute(row)
+        return value
+
+
 class QueueRow:
     """One Queue row, parsed leniently and lazily (a 50,000-row scan only parses what the
     decision reads). ``status`` is ``None`` for text sheetq does not know."""
@@ -105,43 +126,43 @@ class QueueRow:
     def _time(self, column: str) -> datetime | Unparseable | None:
         return parse_ts(self.raw.values.get(column), self._tz, self._locale)
 
-    @cached_property
+    @_lazy
     def type(self) -> str:
         return self._get("type")
 
-    @cached_property
+    @_lazy
     def idempotency_key(self) -> str:
         return self._get("idempotency_key")
 
-    @cached_property
+    @_lazy
     def error_class(self) -> str:
         return self._get("error_class").lower()
 
-    @cached_property
+    @_lazy
     def lease_owner(self) -> str:
         return self._get("lease_owner")
 
-    @cached_property
+    @_lazy
     def alerted_at(self) -> str:
         return self._get("alerted_at")
 
-    @cached_property
+    @_lazy
     def owner(self) -> str:
         return self._get("owner")
 
-    @cached_property
+    @_lazy
     def retry_count(self) -> int:
         return as_int(self.raw.values.get("retry_count"))
 
-    @cached_property
+    @_lazy
     def created_at(self) -> datetime | Unparseable | None:
         return self._time("created_at")
 
-    @cached_property
+    @_lazy
     def next_retry_at(self) -> datetime | Unparseable | None:
         return self._time("next_retry_at")
 
-    @cached_property
+    @_lazy
     def lease_until(self) -> datetime | Unparseable | None:
         return self._time("lease_until")
 
@@ -555,3 +576,42 @@ def owed_alerts(rows: Iterable[QueueRow]) -> list[QueueRow]:
 
 def finished(status: Status | None) -> bool:
     return status in FINISHED
+
+
+# --- what a batch plan reads -------------------------------------------------
+
+
+def key_text(value: CellValue) -> str:
+    """An idempotency key cell as the plan compares it: its text, stripped."""
+    return cell_text(value).strip()
+
+
+def shared_keys(rows: Iterable[Row]) -> set[str]:
+    """The idempotency keys (``key_text``) that two or more of ``rows`` hold."""
+    counts = Counter(key_text(r.values.get("idempotency_key")) for r in rows)
+    counts.pop("", None)
+    return {key for key, count in counts.items() if count > 1}
+
+
+def plan_needs(values: Mapping[str, CellValue], shared: Collection[str]) -> bool:
+    """Whether ``plan_batch`` or the owed alerts after it can need this Queue row.
+
+    Every row but a finished one (``done``, ``skipped``, ``failed``, in any letter case and
+    spacing of ASCII letters) that owes no alert (``failed`` with ``alerted_at`` blank) and
+    whose idempotency key no other row holds (``shared``: ``shared_keys`` of every row; an
+    earlier finished row still decides which row of a shared key runs). A row whose status
+    sheetq does not recognise is needed (it is counted). The local backend filters with the
+    same rule in SQL (``Read.planned``); a test runs both on generated queues.
+    """
+    status = values.get("status")
+    if type(status) is not str:
+        return True
+    text = status.strip()
+    if not text.isascii() or text.lower() not in FINISHED:
+        return True
+    if text.lower() == Status.FAILED:
+        alerted = values.get("alerted_at")
+        if alerted is None or (type(alerted) is str and not alerted.strip()):
+            return True
+    key = key_text(values.get("idempotency_key"))
+    return bool(key) and key in shared

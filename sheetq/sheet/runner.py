@@ -296,7 +296,7 @@ class Runner:
                     f"host journal of killed run {runs} kept: applied when the queue is free"
                 )
                 return False
-        rows = self._scan()
+        rows = self._scan(planned=False)  # a journal's task may have been finished by hand
         recovery = plan_recovery(state, rows, now=now, run_id=self.run_id, settings=self.settings)
         # the killed run's lease, if it still stands, is released in the same request: its
         # token is in the journal, or it has expired (compare-and-set: fails if replaced)
@@ -330,11 +330,13 @@ class Runner:
             self.summary.notes.append(message)
             log.info(message)  # the CLI prints the notes; logging them too would say it twice
 
-    def _scan(self) -> list[QueueRow]:
+    def _scan(self, *, planned: bool = True) -> list[QueueRow]:
         # With results held, the scan also locates their write (it rides in the next claim):
         # it then reads `result` too, the one column a result writes that a scan does not.
+        # ``planned``: only the rows the plan and the owed alerts can need, where the backend
+        # can leave the others out (``Read.planned``).
         columns = (*SCAN_COLUMNS, "result") if self._pending is not None else SCAN_COLUMNS
-        (snap,) = self.store.read([Read(self.settings.queue_sheet, columns)])
+        (snap,) = self.store.read([Read(self.settings.queue_sheet, columns, planned=planned)])
         self._snapshot = snap
         self._snapshot_at = self.clock.monotonic()
         self._positions = {}

@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sheetq.errors import LeaseConflict, SchemaError, StoreError
+from sheetq.model import FINISHED, Status
 from sheetq.sheet.store import (
+    WHITESPACE,
     AppendRow,
     ApplyResult,
     BlockMoved,
@@ -79,6 +81,26 @@ def _mapped(method: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def _planned(sheet_id: int, index: Mapping[str, int]) -> str:
+    """The SQL condition of ``sheetq.sheet.plan.plan_needs`` on ``ws_<sheet_id>`` (the
+    parameter ``:ws`` is ``WHITESPACE``, what Python's ``strip()`` strips): a finished row is
+    left out unless it owes an alert or another row holds its idempotency key."""
+    status, alerted, key = (f"c{index[c]}" for c in ("status", "alerted_at", "idempotency_key"))
+    text = f"lower(trim({status}, :ws))"
+    finished = ", ".join(f"'{s}'" for s in sorted(FINISHED))
+    key_text = (
+        f"CASE typeof({key}) WHEN 'text' THEN trim({key}, :ws) WHEN 'null' THEN '' "
+        f"ELSE sheetq_text({key}) END"
+    )
+    return (
+        f"NOT (typeof({status}) = 'text' AND {text} IN ({finished}) "
+        f"AND ({text} != '{Status.FAILED}' OR ({alerted} IS NOT NULL "
+        f"AND (typeof({alerted}) != 'text' OR trim({alerted}, :ws) != ''))) "
+        f"AND ({key_text} = '' OR {key_text} NOT IN (SELECT {key_text} FROM ws_{sheet_id} "
+        f"WHERE r > 1 GROUP BY 1 HAVING COUNT(*) > 1)))"
+    )
+
+
 class SqliteStore:
     """A local workbook in the SQLite file ``path``.
 
@@ -100,6 +122,10 @@ class SqliteStore:
             if refused is not None:
                 self._db.close()
                 raise SchemaError("; ".join(refused))
+            # the stripped text of a cell that is no text (a number): as the plan reads it
+            self._db.create_function(
+                "sheetq_text", 1, lambda v: cell_text(v).strip(), deterministic=True
+            )
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             if create and not WORKBOOK_TABLES.issubset(tables or ()):
@@ -407,9 +433,18 @@ class SqliteStore:
                 index.setdefault(name, i)
         wanted = list(index) if read.columns is None else [c for c in read.columns if c in index]
         select = ", ".join(["r"] + [f"c{index[c]}" for c in wanted])
-        if read.rows is None:
-            cursor = self._db.execute(f"SELECT {select} FROM ws_{sheet_id} WHERE r > 1 ORDER BY r")
+        planned = read.planned and read.rows is None
+        if planned and {"status", "alerted_at", "idempotency_key"} <= index.keys():
+            where = _planned(sheet_id, index)
+            cursor = self._db.execute(
+                f"SELECT {select} FROM ws_{sheet_id} WHERE r > 1 AND {where} ORDER BY r",
+                {"ws": WHITESPACE},
+            )
             records: Iterable[Sequence[Any]] = cursor
+        elif read.rows is None:
+            planned = False
+            cursor = self._db.execute(f"SELECT {select} FROM ws_{sheet_id} WHERE r > 1 ORDER BY r")
+            records = cursor
         else:
             records = []
             numbers = sorted(set(read.rows))
@@ -421,7 +456,8 @@ class SqliteStore:
                 ).fetchall()
         # SQLite gives back str, int, float or None as stored (never bytes: sheetq writes none)
         rows = [Row(rec[0], dict(zip(wanted, rec[1:], strict=True))) for rec in records]
-        return Snapshot(read.worksheet, header, rows, tuple(wanted), whole=read.rows is None)
+        whole = read.rows is None and not planned
+        return Snapshot(read.worksheet, header, rows, tuple(wanted), whole=whole)
 
     def _locate(
         self, sheet_id: int, cols: Mapping[str, int], key_column: str, key: str | None, hint: int

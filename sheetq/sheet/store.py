@@ -29,6 +29,13 @@ from sheetq.model import CellValue as CellValue
 from sheetq.model import Row as Row
 from sheetq.model import cell_text as cell_text
 
+# What ``str.strip()`` strips (every character whose ``isspace()`` is true), spelled out for
+# a backend whose own trim must agree with it (SQLite's ``trim(X, Y)``).
+WHITESPACE = (
+    "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"
+    "\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+
 
 class Formula(str):
     """A cell written as a spreadsheet formula (``formulaValue``). Everything else sheetq
@@ -105,11 +112,15 @@ class WorkbookInfo:
 @dataclass(frozen=True)
 class Read:
     """Columns of a worksheet. ``columns=None``: every named column; ``rows=None``:
-    every data row."""
+    every data row (``planned``: every row a batch plan can need)."""
 
     worksheet: str
     columns: tuple[str, ...] | None = None
     rows: tuple[int, ...] | None = None
+    # Only the rows a `process` batch plan can need (``sheetq.sheet.plan.plan_needs``): a
+    # backend that can filter where the rows are (the local one) leaves the others out and
+    # answers a snapshot that is not ``whole``; one that cannot returns every row.
+    planned: bool = False
 
 
 @dataclass
