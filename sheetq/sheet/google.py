@@ -179,6 +179,10 @@ class GoogleStore(VerifiedWrites):
     def requests_made(self) -> int:
         return self._requests
 
+    @property
+    def survives_power_loss(self) -> bool:
+        return True  # Google acknowledged it: it is not on this host
+
     def close(self) -> None:
         session = getattr(self._http, "session", None)
         if session is not None:

@@ -110,8 +110,14 @@ class JournalState:
 class Journal:
     """The append-only, fsync'd journal file of one queue on this host."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, sync: bool = True) -> None:
+        """``sync``: fsync each record that must precede what follows it. A killed process's
+        writes stay in the page cache, so the next run on the host reads them either way;
+        the fsync is for a power loss, and is only worth its cost when the store's own writes
+        survive one (``Store.survives_power_loss``): the local workbook's last commits may
+        roll back on a power loss, and then no journal record could make up for them."""
         self.path = path
+        self.sync = sync
         self._dirty = False  # something written since the last clear
         self.problem = ""  # why the journal could not be written, if it could not
 
@@ -127,7 +133,7 @@ class Journal:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             try:
                 os.write(fd, data)
-                if sync:
+                if sync and self.sync:
                     os.fsync(fd)
             finally:
                 os.close(fd)
@@ -135,7 +141,7 @@ class Journal:
             if not self.problem:
                 self.problem = f"host journal {self.path} not written ({exc.strerror or exc})"
             return
-        if new:
+        if new and self.sync:
             _fsync_dir(self.path.parent)
         self._dirty = True
 
@@ -229,11 +235,13 @@ class Journal:
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             try:
                 os.write(fd, _line({"v": VERSION, **record}))
-                os.fsync(fd)
+                if self.sync:
+                    os.fsync(fd)
             finally:
                 os.close(fd)
             os.replace(temp, self.path)
-            _fsync_dir(self.path.parent)
+            if self.sync:
+                _fsync_dir(self.path.parent)
         except OSError as exc:
             if not self.problem:
                 self.problem = f"host journal {self.path} not written ({exc.strerror or exc})"
@@ -250,7 +258,8 @@ class Journal:
             self._dirty = False
             return
         try:
-            os.fsync(fd)
+            if self.sync:
+                os.fsync(fd)
         finally:
             os.close(fd)
         self._dirty = False

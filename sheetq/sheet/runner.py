@@ -168,7 +168,7 @@ class Runner:
         self._pending_full: Snapshot | None = None  # their rows' full pre-image
         self._held: set[str] = set()  # tasks claimed by this run whose results are not written
         self._moved_back = 0  # claims of the last batch given back because their rows moved
-        self._journal = Journal(journal_path(lock_path(settings)))
+        self._journal = Journal(journal_path(lock_path(settings)), sync=store.survives_power_loss)
 
     # --- the run ---------------------------------------------------------------
 

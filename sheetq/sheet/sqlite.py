@@ -143,6 +143,12 @@ class SqliteStore:
     def requests_made(self) -> int:
         return self._requests
 
+    @property
+    def survives_power_loss(self) -> bool:
+        """No: WAL with ``synchronous=NORMAL`` survives a killed process, but a power loss
+        may roll back the last commits (SQLite syncs at checkpoints only)."""
+        return False
+
     def close(self) -> None:
         self._db.close()
 

@@ -371,6 +371,13 @@ class Store(Protocol):
         """Round trips to the backend so far (for ``--json`` and benchmarks)."""
         ...
 
+    @property
+    def survives_power_loss(self) -> bool:
+        """Whether a write this store acknowledged survives a power loss of this host (Google:
+        yes; the local workbook: a killed process loses nothing, a power loss may roll back
+        its last commits). The host journal fsyncs its records only when it does."""
+        ...
+
     def link(self, info: WorkbookInfo, worksheet: str, row: int, task_id: str) -> str:
         """Where a person finds the row: a URL for Google, the task id for local."""
         ...

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from datetime import UTC
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from sheetq.model import Status
 from sheetq.sheet.journal import Journal
 from sheetq.sheet.plan import Claim, QueueRow
 from sheetq.sheet.store import AppendRow, ChangeSet, Row, UpdateRow
-from tests.conftest import LocalBook, run_cli, write_config
+from tests.conftest import Book, LocalBook, run_cli, write_config
 
 
 def _claim(task_id: str, row: int = 2, previous: Status = Status.PENDING) -> Claim:
@@ -134,3 +135,21 @@ def test_unwritable_journal_warns_and_the_run_goes_on(local: LocalBook, tmp_path
     result = run_cli(["process", "--json"])
     assert result.code == 0 and result.json()["done"] == 1
     assert "a kill would leave finished outcomes unknown" in result.stderr
+
+
+def test_journal_fsyncs_only_where_the_store_survives_a_power_loss(
+    book: Book, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A local workbook's last commits may roll back on a power loss, so its journal is
+    written without fsync (a killed process's writes stay in the page cache: the kill
+    sweeps cover that); Google's writes outlive this host, so its journal is fsync'd."""
+    monkeypatch.setenv("SHEETQ_NOW", "2026-01-05T09:00:00Z")
+    write_config("[types.job]\ncommand = ['true']\n")
+    for n in range(2):
+        assert run_cli(["enqueue", "job", json.dumps({"n": n})]).code == 0
+    synced: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    result = run_cli(["process", "--json"])
+    assert result.code == 0 and result.json()["done"] == 2, result.stderr
+    assert bool(synced) is not os.environ["SHEETQ_SPREADSHEET"].startswith("local:")
