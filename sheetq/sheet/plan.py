@@ -88,7 +88,7 @@ def as_int(value: CellValue) -> int:
 T = TypeVar("T")
 
 
-class _lazy(Generic[T]):
+class cached_property(Generic[T]):
     """``functools.cached_property`` without its lock: Python 3.11 takes a lock on every
     first read, and a batch plan reads several properties of every row it scans."""
 
@@ -97,10 +97,10 @@ class _lazy(Generic[T]):
         self._name = compute.__name__
 
     @overload
-    def __get__(self, row: None, owner: type) -> _lazy[T]: ...
+    def __get__(self, row: None, owner: type) -> cached_property[T]: ...
     @overload
     def __get__(self, row: object, owner: type) -> T: ...
-    def __get__(self, row: object, owner: type) -> T | _lazy[T]:
+    def __get__(self, row: object, owner: type) -> T | cached_property[T]:
         if row is None:
             return self
         value = row.__dict__[self._name] = self._compute(row)
@@ -126,43 +126,43 @@ class QueueRow:
     def _time(self, column: str) -> datetime | Unparseable | None:
         return parse_ts(self.raw.values.get(column), self._tz, self._locale)
 
-    @_lazy
+    @cached_property
     def type(self) -> str:
         return self._get("type")
 
-    @_lazy
+    @cached_property
     def idempotency_key(self) -> str:
         return self._get("idempotency_key")
 
-    @_lazy
+    @cached_property
     def error_class(self) -> str:
         return self._get("error_class").lower()
 
-    @_lazy
+    @cached_property
     def lease_owner(self) -> str:
         return self._get("lease_owner")
 
-    @_lazy
+    @cached_property
     def alerted_at(self) -> str:
         return self._get("alerted_at")
 
-    @_lazy
+    @cached_property
     def owner(self) -> str:
         return self._get("owner")
 
-    @_lazy
+    @cached_property
     def retry_count(self) -> int:
         return as_int(self.raw.values.get("retry_count"))
 
-    @_lazy
+    @cached_property
     def created_at(self) -> datetime | Unparseable | None:
         return self._time("created_at")
 
-    @_lazy
+    @cached_property
     def next_retry_at(self) -> datetime | Unparseable | None:
         return self._time("next_retry_at")
 
-    @_lazy
+    @cached_property
     def lease_until(self) -> datetime | Unparseable | None:
         return self._time("lease_until")
 
