@@ -42,6 +42,7 @@ from sheetq.sheet.store import AppendRow, ChangeSet, UpdateRow
 from sheetq.times import format_ts
 
 VERSION = 1
+REWRITE_AT = 1 << 20  # bytes: a journal without fsync is rewritten, not appended to, past it
 
 
 def journal_path(lock_file: Path) -> Path:
@@ -118,6 +119,7 @@ class Journal:
         roll back on a power loss, and then no journal record could make up for them."""
         self.path = path
         self.sync = sync
+        self._size = 0  # bytes in the file after our last write (0: unknown or empty)
         self._dirty = False  # something written since the last clear
         self.problem = ""  # why the journal could not be written, if it could not
 
@@ -133,6 +135,7 @@ class Journal:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             try:
                 os.write(fd, data)
+                self._size = os.lseek(fd, 0, os.SEEK_CUR)
                 if sync and self.sync:
                     os.fsync(fd)
             finally:
@@ -219,7 +222,10 @@ class Journal:
     ) -> None:
         """After a write that carried the previous batch's results and this claim: the
         journal holds this claim only, replaced atomically (a new file, fsync'd, renamed over
-        the old one), so no kill leaves it holding neither."""
+        the old one), so no kill leaves it holding neither. Without ``sync`` it is one line
+        appended, a claim that says to forget every line before it (a rename or truncation
+        makes the filesystem write out at once, an append does not); a torn one leaves the
+        lines before it, this claim's included. The file is rewritten past ``REWRITE_AT``."""
         if not claims:
             self.clear()
             return
@@ -230,16 +236,21 @@ class Journal:
             "lease_until": format_ts(lease_until) if lease_until else "",
             "tasks": [{"task_id": c.row.task_id, "previous": str(c.previous)} for c in claims],
         }
+        if not self.sync and 0 < self._size < REWRITE_AT:
+            self._append([{**record, "reset": True}], sync=False)
+            return
         temp = self.path.with_name(self.path.name + ".new")
+        line = _line({"v": VERSION, **record})
         try:
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             try:
-                os.write(fd, _line({"v": VERSION, **record}))
+                os.write(fd, line)
                 if self.sync:
                     os.fsync(fd)
             finally:
                 os.close(fd)
             os.replace(temp, self.path)
+            self._size = len(line)
             if self.sync:
                 _fsync_dir(self.path.parent)
         except OSError as exc:
@@ -263,6 +274,7 @@ class Journal:
         finally:
             os.close(fd)
         self._dirty = False
+        self._size = 0
 
     # --- reading ------------------------------------------------------------------
 
@@ -292,6 +304,9 @@ def _apply_record(state: JournalState, record: Mapping[str, Any]) -> None:
     if not run:
         return
     if kind == "claim":
+        if record.get("reset"):  # it holds this claim only (``Journal.keep_claim``)
+            state.runs.clear()
+            state.leases.clear()
         if record.get("lease"):
             state.leases.add(str(record["lease"]))
         for task in record.get("tasks", ()):

@@ -153,3 +153,37 @@ def test_journal_fsyncs_only_where_the_store_survives_a_power_loss(
     result = run_cli(["process", "--json"])
     assert result.code == 0 and result.json()["done"] == 2, result.stderr
     assert bool(synced) is not os.environ["SHEETQ_SPREADSHEET"].startswith("local:")
+
+
+def test_a_journal_without_fsync_keeps_a_claim_by_appending(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without fsync (a local workbook) the claim that replaces a written batch is one line
+    appended, saying to forget the lines before it: same state as a rewritten file, no
+    rename. A torn one leaves the lines before it, the new claim's own record among them;
+    past REWRITE_AT bytes the file is rewritten."""
+    from sheetq.sheet import journal as journal_module
+
+    journal = Journal(tmp_path / "q.journal", sync=False)
+    journal.claimed("run_a", "111", None, [_claim("t_1")])
+    journal.started("run_a", _claim("t_1"))
+    journal.ended("run_a", "t_1", _outcome("t_1", "done"))
+    journal.claimed("run_a", "222", None, [_claim("t_2")])  # before the claim request
+    before = journal.path.read_bytes()
+    inode = journal.path.stat().st_ino
+    journal.keep_claim("run_a", "222", None, [_claim("t_2")])  # after it
+    assert journal.path.stat().st_ino == inode and journal.path.read_bytes().startswith(before)
+    state = journal.load()
+    assert list(state.runs["run_a"]) == ["t_2"] and state.leases == {"222"}
+    # torn mid-write: what came before is read, the new claim included
+    journal.path.write_bytes(journal.path.read_bytes()[:-9])
+    torn = journal.load()
+    assert torn.damaged == 1 and set(torn.runs["run_a"]) == {"t_1", "t_2"}
+    assert torn.runs["run_a"]["t_1"].outcome == "done" and not torn.runs["run_a"]["t_2"].started
+    # past REWRITE_AT: rewritten whole, one line
+    monkeypatch.setattr(journal_module, "REWRITE_AT", 10)
+    journal.claimed("run_a", "333", None, [_claim("t_3")])
+    journal.keep_claim("run_a", "333", None, [_claim("t_3")])
+    assert journal.path.stat().st_ino != inode
+    assert len(journal.path.read_bytes().splitlines()) == 1
+    assert list(journal.load().runs["run_a"]) == ["t_3"]
