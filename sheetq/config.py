@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from sheetq.errors import ConfigError
+from sheetq.model import PRIORITY_RULE, parse_priority
 from sheetq.retry import RetryPolicy
 from sheetq.textfile import read_utf8
 from sheetq.times import parse_duration
@@ -43,7 +44,7 @@ _POLICY_KEYS = {
     "max_age",
     "breaker_threshold",
 }
-_DEFAULT_KEYS = _POLICY_KEYS | {"redact_fields", "owner"}
+_DEFAULT_KEYS = _POLICY_KEYS | {"redact_fields", "owner", "priority"}
 _TYPE_KEYS = _DEFAULT_KEYS | {
     "command",
     "http",
@@ -122,6 +123,7 @@ class TypeConfig:
     redact_fields: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     cwd: Path | None = None
+    priority: int = 0  # docs/design.md §14: higher first; a task's own overrides it
 
 
 @dataclass(frozen=True)
@@ -301,6 +303,13 @@ def _handler(where: str, raw: Mapping[str, Any]) -> HandlerSpec | None:
     return HandlerSpec("http", url=url.strip(), method=method, headers=dict(headers))
 
 
+def _priority(where: str, value: Any) -> int:
+    """A type's ``priority`` (docs/design.md §14): an integer within ``MAX_PRIORITY``."""
+    if isinstance(value, bool) or not isinstance(value, int) or parse_priority(value) is None:
+        raise ConfigError(f"{where}: expected {PRIORITY_RULE}, got {value!r}")
+    return value
+
+
 def _rate(where: str, value: Any) -> RateLimit:
     match = _RATE.match(str(value))
     unit = match.group(3).lower().rstrip("s") if match else ""
@@ -350,6 +359,7 @@ def _type(name: str, raw: Any, defaults: TypeConfig, base_dir: Path) -> TypeConf
         raise ConfigError(f"{where}.owner: expected a string")
     cwd = raw.get("cwd")
     return TypeConfig(
+        priority=_priority(f"{where}.priority", raw.get("priority", defaults.priority)),
         name=name,
         handler=handler,
         policy=_policy(where, raw, defaults.policy),
@@ -439,6 +449,7 @@ def load_settings(
         handler=None,
         policy=_policy("[defaults]", defaults_raw, RetryPolicy()),
         owner=str(defaults_raw.get("owner", "")),
+        priority=_priority("[defaults].priority", defaults_raw.get("priority", 0)),
         redact_fields=_str_list("[defaults].redact_fields", defaults_raw.get("redact_fields", [])),
         cwd=base_dir,
     )

@@ -12,8 +12,9 @@ from datetime import datetime
 from typing import Any
 
 from sheetq.config import Settings
+from sheetq.errors import InputError
 from sheetq.idempotency import canonical_json, check_size, derive_key, payload_hash
-from sheetq.model import Status, new_task_id
+from sheetq.model import PRIORITY_RULE, Status, new_task_id, parse_priority
 from sheetq.times import format_ts
 
 
@@ -27,6 +28,7 @@ class NewTask:
     key: str
     line: int | None = None
     not_before: datetime | None = None
+    priority: int = 0  # docs/design.md §14: higher first (the type's unless given)
 
 
 @dataclass
@@ -112,9 +114,13 @@ def prepare(
     *,
     key: str | None = None,
     source: str = "payload",
+    priority: int | str | None = None,
 ) -> list[NewTask]:
-    """Canonicalise, size-check and key each payload. ``InputError`` names the line."""
+    """Canonicalise, size-check and key each payload. ``priority``: the tasks' priority
+    (docs/design.md §14; ``None``: the type's ``priority``), an integer or its text.
+    ``InputError`` (exit 2) names the line, or the priority that is not an integer."""
     config = settings.type_config(task_type)
+    level = config.priority if priority is None else check_priority(priority)
     tasks: list[NewTask] = []
     for line, body in payloads:
         canonical = canonical_json(body)
@@ -126,6 +132,17 @@ def prepare(
                 payload_hash(canonical),
                 derive_key(task_type, body, canonical, explicit=key, key_fields=config.key_fields),
                 line,
+                priority=level,
             )
         )
     return tasks
+
+
+def check_priority(value: int | str, *, where: str = "--priority") -> int:
+    """A priority given by a caller (``--priority``, ``sheetq.enqueue``'s ``priority=``) as an
+    int; ``InputError`` (exit 2) naming ``where`` for anything that is not an integer in
+    range (``"high"``, ``1.5``, ``True``)."""
+    number = parse_priority(value)
+    if number is None:
+        raise InputError(f"{where} {value!r}: expected {PRIORITY_RULE}")
+    return number

@@ -88,6 +88,7 @@ QUEUE_COLUMNS: tuple[str, ...] = (
     "payload_hash",
     "alerted_at",
     "owner",
+    "priority",
 )
 LOG_COLUMNS: tuple[str, ...] = (
     "ts",
@@ -107,6 +108,30 @@ MAX_RESULT_CHARS = 1_000
 # What a handler's result is kept to before the cell's cut, so the cut can say how much was lost.
 MAX_HANDLER_TEXT = 1_000_000
 MAX_KEY_CHARS = 200
+# A task's priority (docs/design.md §14): an integer, higher first; what a PostgreSQL
+# `integer` holds comfortably, and a person can read.
+MAX_PRIORITY = 1_000_000_000
+PRIORITY_RULE = f"an integer from {-MAX_PRIORITY:,} to {MAX_PRIORITY:,} (higher runs first)"
+
+
+def parse_priority(value: object) -> int | None:
+    """A priority as people give it: ``10``, ``-5``, ``" 3 "``, ``3.0`` (a sheet's number) →
+    int; ``None`` for anything else (``"high"``, ``1.5``, ``TRUE``, out of range). An empty
+    cell is ``None`` too: the caller falls back to the type's priority."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        number = value
+    elif isinstance(value, float):
+        if not value.is_integer():
+            return None
+        number = int(value)
+    else:
+        text = str(value).strip().replace("\u2212", "-")  # a typographic minus
+        if not text or not (text.lstrip("+-").isdigit() and text.isascii()):
+            return None
+        number = int(text)
+    return number if -MAX_PRIORITY <= number <= MAX_PRIORITY else None
 
 
 @dataclass(frozen=True)

@@ -128,7 +128,9 @@ class QueueTally:
     """What ``sheetq status`` counts: by status and by type × status (unrecognised statuses
     apart, in ``strange``); ``oldest``: seconds the longest-due waiting task has been due
     (``None``: none due); ``due``: retries due now; ``owed``: failed tasks not alerted yet;
-    ``unparseable``: waiting rows whose ``next_retry_at`` a person typed unreadably."""
+    ``unparseable``: waiting rows whose ``next_retry_at`` a person typed unreadably;
+    ``bad_priorities``: waiting tasks whose ``priority`` cell a person typed as no integer,
+    as (task id, the text, the type's priority they run at; docs/design.md §14)."""
 
     counts: Counter[str] = field(default_factory=Counter)
     by_type: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
@@ -140,6 +142,7 @@ class QueueTally:
     without_handler: int = 0
     total: int = 0
     unparseable: list[str] = field(default_factory=list)
+    bad_priorities: list[tuple[str, str, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -458,9 +461,11 @@ class QueuePort(Protocol):
         reset_attempts: bool,
         dry_run: bool,
         clock: Clock,
+        priority: int | None = None,
     ) -> ChangeReport:
         """Send matching tasks back to pending (the dead-letter redrive), each logged
-        ``requeued``; a task a run holds is never taken from it."""
+        ``requeued``, with ``priority`` when given (docs/design.md §14); a task a run holds
+        is never taken from it."""
         ...
 
     def skip(

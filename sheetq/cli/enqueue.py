@@ -118,6 +118,14 @@ def enqueue(
             "PostgreSQL).",
         ),
     ] = None,
+    priority: Annotated[
+        str | None,
+        typer.Option(
+            "--priority",
+            help="Higher runs first (an integer; default: the type's priority, else 0).",
+            show_default=False,
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
 ) -> None:
     """Add a task to the Queue, once: a repeated payload is a duplicate (exit 0), the same key
@@ -130,14 +138,17 @@ def enqueue(
       curl -s "$HOOK_URL" | sheetq enqueue order - --key "$DELIVERY_ID"
 
       sheetq enqueue lead --jsonl --file leads.jsonl --json
+
+      sheetq enqueue order_confirmation '{"order_id": "A-1"}' --priority 10
     """
     from sheetq.cli.app import state
     from sheetq.config import TYPE_PATTERN, TYPE_RULE  # one rule for the CLI and sheetq.toml
-    from sheetq.enqueue import prepare
+    from sheetq.enqueue import check_priority, prepare
     from sheetq.idempotency import parse_payload
 
     if not TYPE_PATTERN.match(task_type):
         raise UsageError(f"TYPE {task_type!r}: {TYPE_RULE}")
+    level = None if priority is None else check_priority(priority)
     if jsonl and key is not None:
         raise UsageError("--key cannot be used with --jsonl: every line would share one key")
     text, source = _read_source(payload, file)
@@ -166,7 +177,7 @@ def enqueue(
             )
     else:
         items.append((None, parse_payload(text, where=source)))
-    tasks = prepare(task_type, items, settings, key=key, source=source)
+    tasks = prepare(task_type, items, settings, key=key, source=source, priority=level)
     if jsonl and not tasks:
         if as_json:
             emit_json({"enqueued": 0, "duplicate": 0, "conflict": 0, "results": []})

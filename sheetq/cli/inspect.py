@@ -74,6 +74,10 @@ def status(
                 "without_handler": without_handler,
                 "total": tally.total,
                 "unparseable_next_retry_at": [u.split(" ", 1)[0] for u in unparseable],
+                "unreadable_priorities": [
+                    {"task_id": i, "priority": text, "runs_at": level}
+                    for i, text, level in tally.bad_priorities
+                ],
                 "held_by_gone_runs": [g.as_json(tz) for g in gone],
                 "cells": None
                 if cells is None
@@ -118,6 +122,16 @@ def status(
     if without_handler:
         facts.append(f"waiting without a handler: {without_handler}")
     echo("; ".join(facts))
+    if tally.bad_priorities:
+        shown = ", ".join(
+            f"{i} ({terminal_safe(repr(text))}: runs at {level})"
+            for i, text, level in tally.bad_priorities[:5]
+        )
+        more = len(tally.bad_priorities) - 5
+        echo(
+            f"priority cells that are not integers, run at their type's priority: {shown}"
+            + (f" and {more} more" if more > 0 else "")
+        )
     for group in gone:
         echo(group.line(tz))
     if mirror is not None:

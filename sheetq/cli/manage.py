@@ -70,6 +70,14 @@ def requeue(
     reset_attempts: Annotated[
         bool, typer.Option("--reset-attempts", help="Start counting attempts from zero again.")
     ] = False,
+    priority: Annotated[
+        str | None,
+        typer.Option(
+            "--priority",
+            help="Give them this priority (an integer, higher runs first).",
+            show_default=False,
+        ),
+    ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List; change nothing.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
 ) -> None:
@@ -80,9 +88,14 @@ def requeue(
       sheetq requeue --type lead --error-class auth
 
       sheetq requeue --task t_01JDF3K4Z8Q9W2E5R7T1Y3U6I0 --reset-attempts
+
+      sheetq requeue --task t_01JDF3K4Z8Q9W2E5R7T1Y3U6I0 --priority 10
     """
     from sheetq.cli.app import state
+    from sheetq.enqueue import check_priority
     from sheetq.model import ErrorClass, Status
+
+    level = None if priority is None else check_priority(priority)
 
     wanted: list[Status] = _statuses(statuses) if statuses else [Status.FAILED]
     for value in error_classes or ():
@@ -98,6 +111,7 @@ def requeue(
         reset_attempts=reset_attempts,
         dry_run=dry_run,
         clock=state.clock(),
+        priority=level,
     )
     _report(
         "requeue",

@@ -1,6 +1,6 @@
 """Database values ↔ the cell values of docs/design.md §2 that the shared queue policy reads and
 writes: times as ``2026-01-05T09:00:00Z`` text (empty when NULL), ``retry_count`` and
-``duration_ms`` as numbers, everything else as text."""
+``duration_ms`` and ``priority`` as numbers, everything else as text."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from datetime import datetime
 from typing import Any
 
 from sheetq.errors import InputError
-from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS
+from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS, parse_priority
 from sheetq.sheet.store import CellValue, cell_text
 from sheetq.times import format_ts, parse_ts
 
 TIME_COLUMNS = frozenset(
     {"created_at", "next_retry_at", "updated_at", "lease_until", "alerted_at", "ts"}
 )
-INT_COLUMNS = frozenset({"retry_count", "duration_ms"})
+INT_COLUMNS = frozenset({"retry_count", "duration_ms", "priority"})
 NULLABLE = frozenset({"next_retry_at", "lease_until", "alerted_at", "duration_ms"})
 TASK_COLUMNS = QUEUE_COLUMNS
 EVENT_COLUMNS = LOG_COLUMNS
@@ -32,6 +32,8 @@ def to_db(column: str, value: CellValue) -> Any:
         if not isinstance(moment, datetime):
             raise InputError(f"{column}: {cell_text(value)!r} is not a time")
         return moment
+    if column == "priority":  # a person's unreadable priority is the default's (docs/design.md §14)
+        return parse_priority(value) or 0
     if column in INT_COLUMNS:
         text = cell_text(value).strip()
         if not text:

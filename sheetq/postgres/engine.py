@@ -160,6 +160,7 @@ class PgQueue:
         reset_attempts: bool,
         dry_run: bool,
         clock: Clock,
+        priority: int | None = None,
     ) -> ChangeReport:
         return manage.requeue(
             self.session,
@@ -170,6 +171,7 @@ class PgQueue:
             error_classes=error_classes,
             reset_attempts=reset_attempts,
             dry_run=dry_run,
+            priority=priority,
         )
 
     def skip(

@@ -91,7 +91,8 @@ def _insert_tasks(
                 owners[task.type] = settings.type_config(task.type).owner
             copy.write_row(
                 (queue, one.task_id, moment, task.type, task.canonical, str(Status.PENDING), 0,
-                 task.not_before, task.key, moment, task.payload_hash, owners[task.type])
+                 task.not_before, task.key, moment, task.payload_hash, owners[task.type],
+                 task.priority)
             )  # fmt: skip
     clash = conn.execute(
         QUERIES["claim_keys"],

@@ -107,16 +107,19 @@ def requeue(
     error_classes: Sequence[str],
     reset_attempts: bool,
     dry_run: bool,
+    priority: int | None = None,
 ) -> ChangeReport:
     """Matching tasks back to ``pending`` (the dead-letter redrive), each logged
     ``requeued``; with ``task_ids`` the filters apply to those tasks only; a
-    ``processing`` task is never taken from its run. ``dry_run``: change nothing."""
+    ``processing`` task is never taken from its run. ``dry_run``: change nothing;
+    ``priority``: their new priority (``None``: kept)."""
     params = {
         "ids": list(task_ids),
         "statuses": [str(s) for s in statuses],
         "types": list(types),
         "classes": list(error_classes),
         "reset": reset_attempts,
+        "priority": priority,
         "dry": dry_run,
         "run_id": new_run_id("requeue"),
     }

@@ -561,7 +561,8 @@ def _claim(record: Mapping[str, Any], previous: Status | None = None) -> PgClaim
 
 def _claimed(records: Sequence[Mapping[str, Any]]) -> Claimed:
     out = Claimed()
-    for record in sorted(records, key=lambda r: (r["due_at"], r["task_id"])):
+    # the claim's order (docs/design.md §14): highest priority, longest due, task id
+    for record in sorted(records, key=lambda r: (-r["priority"], r["due_at"], r["task_id"])):
         out.now = record["now"]
         if record["loser"]:
             out.skipped += 1

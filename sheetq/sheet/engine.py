@@ -222,6 +222,7 @@ class SheetQueue:
         reset_attempts: bool,
         dry_run: bool,
         clock: Clock,
+        priority: int | None = None,
     ) -> ChangeReport:
         """``plan_requeue`` over the Queue, applied to the rows as read."""
         from sheetq.sheet.operations import plan_requeue
@@ -237,6 +238,7 @@ class SheetQueue:
                 error_classes=error_classes,
                 reset_attempts=reset_attempts,
                 run_id=new_run_id("requeue"),
+                priority=priority,
             )
 
         return self._change(plan, task_ids=task_ids, dry_run=dry_run, clock=clock)

@@ -116,6 +116,7 @@ def plan_enqueue(
                     "updated_at": stamp,
                     "payload_hash": task.payload_hash,
                     "owner": owners[task.type],
+                    "priority": task.priority,
                 },
             )
         status = one.found.status if one.found is not None else str(Status.PENDING)

@@ -28,8 +28,10 @@ def plan_requeue(
     error_classes: Sequence[str] = (),
     reset_attempts: bool = False,
     run_id: str = "",
+    priority: int | None = None,
 ) -> tuple[list[QueueRow], ChangeSet]:
-    """The dead-letter redrive: matching rows back to ``pending``, each logged ``requeued``.
+    """The dead-letter redrive: matching rows back to ``pending``, each logged ``requeued``;
+    ``priority`` (docs/design.md §14) written to them when given.
 
     With ``task_ids`` the filters apply to those rows only; a ``processing``
     row is never taken from its runner.
@@ -59,9 +61,12 @@ def plan_requeue(
         }
         if reset_attempts:
             values["retry_count"] = 0
+        if priority is not None:
+            values["priority"] = priority
         changes.updates.append(UpdateRow(settings.queue_sheet, row.task_id, row.row, values))
         note = f"requeued with `sheetq requeue` (was {row.status_text.strip() or 'empty'}"
-        note += ", attempts reset)" if reset_attempts else ")"
+        note += ", attempts reset" if reset_attempts else ""
+        note += f", priority {priority})" if priority is not None else ")"
         changes.appends.append(
             log_row(
                 now,

@@ -25,6 +25,7 @@ from sheetq.model import (
     ErrorClass,
     Event,
     Status,
+    parse_priority,
 )
 from sheetq.policy import due_since, expiry, is_due, log_values, outcome_message, recover
 from sheetq.redact import printable, shorten
@@ -48,6 +49,7 @@ SCAN_COLUMNS = (
     "owner",
     "last_error",
     "updated_at",
+    "priority",
 )
 STATUS_COLUMNS = (
     "task_id",
@@ -59,6 +61,7 @@ STATUS_COLUMNS = (
     "error_class",
     "lease_until",
     "lease_owner",
+    "priority",
 )
 KEY_COLUMNS = ("task_id", "idempotency_key", "payload_hash", "status")
 _FAR_FUTURE = datetime.max.replace(tzinfo=None)
@@ -149,6 +152,24 @@ class QueueRow:
     @cached_property
     def owner(self) -> str:
         return self._get("owner")
+
+    @cached_property
+    def priority(self) -> int | None:
+        """The ``priority`` cell (docs/design.md §14); ``None`` when empty or not an integer
+        (then the type's priority counts: ``priority_typo`` tells a person's typo apart)."""
+        return parse_priority(self.raw.values.get("priority"))
+
+    @property
+    def priority_typo(self) -> str:
+        """The ``priority`` cell's text when a person typed something that is not an
+        integer (``"high"``, ``1.5``); ``""`` otherwise."""
+        text = self._get("priority")
+        return text if text and self.priority is None else ""
+
+    def level(self, settings: Settings) -> int:
+        """The priority the task runs at: its cell's, else its type's."""
+        own = self.priority
+        return own if own is not None else settings.type_config(self.type).priority
 
     @cached_property
     def retry_count(self) -> int:
@@ -268,6 +289,7 @@ class BatchPlan:
     unrecognised: int = 0
     without_handler: Counter[str] = field(default_factory=Counter)
     invalid_times: list[str] = field(default_factory=list)
+    invalid_priorities: list[str] = field(default_factory=list)  # a person's typos, explained
 
     @property
     def has_work(self) -> bool:
@@ -449,9 +471,12 @@ def plan_batch(
             continue
         if row.type in blocked or not _due(row, now):
             continue
+        if row.priority_typo:
+            plan.invalid_priorities.append(priority_note(row, settings))
         candidates.append(row)
 
-    candidates.sort(key=QueueRow.due_order)
+    # docs/design.md §14: highest priority first, then longest due, then task_id
+    candidates.sort(key=lambda r: (-r.level(settings), *r.due_order()))
     reconciles.sort(key=QueueRow.order)
     chosen = reconciles[:batch_size]
     chosen += candidates[: max(0, batch_size - len(chosen))]
@@ -478,6 +503,14 @@ def plan_batch(
     )
     plan.changes.appends.extend(logs)
     return plan
+
+
+def priority_note(row: QueueRow, settings: Settings) -> str:
+    """What ``process`` and ``status`` say of a ``priority`` cell that is not an integer."""
+    return (
+        f"{row.task_id}: priority {row.priority_typo!r} is not an integer; it runs at its "
+        f"type's priority {settings.type_config(row.type).priority}"
+    )
 
 
 def decision_values(decision: Decision, row: QueueRow, config: TypeConfig) -> dict[str, CellValue]:

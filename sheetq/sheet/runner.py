@@ -241,6 +241,8 @@ class Runner:
             log.info("scan: %d row(s), %d due task(s) to claim", len(rows), len(plan.claims))
             for note in plan.invalid_times:
                 self._note(f"unparseable {note}; treated as due")
+            for note in plan.invalid_priorities:
+                self._note(note)
             if options.dry_run:
                 self._dry_run(plan)
                 return

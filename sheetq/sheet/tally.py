@@ -61,6 +61,9 @@ def tally_rows(rows: Iterable[QueueRow], settings: Settings, now: datetime) -> T
                 t.without_handler += 1
             if isinstance(when, Unparseable):
                 t.unparseable.append(f"{row.task_id} ({when.text!r})")
+            if row.priority_typo:
+                level = settings.type_config(row.type).priority
+                t.bad_priorities.append((row.task_id, row.priority_typo, level))
             if row.status is Status.RETRY and (not isinstance(when, datetime) or when <= now):
                 t.due += 1
         if row.status is Status.FAILED and not row.alerted_at:

@@ -13,6 +13,7 @@ from sheetq.model import QUEUE_COLUMNS
 from tests.conftest import Book, GoogleBook, make_google, run_cli
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+Q = len(QUEUE_COLUMNS)  # the Queue columns sheetq owns
 LOG = ["ts", "task_id", "type", "event", "status", "retry_count", "message", "run_id"]
 
 
@@ -44,8 +45,8 @@ def test_init_creates_grids_exactly_as_wide_as_their_columns(
     """New worksheets end with exactly the columns sheetq needs, not Google's default 26."""
     book = make_google(sheets_emulator, monkeypatch)
     assert run_cli(["init"]).code == 0
-    assert _columns(book, "Queue") == 17
-    assert _columns(book, "QueueArchive") == 17
+    assert _columns(book, "Queue") == Q
+    assert _columns(book, "QueueArchive") == Q
     assert _columns(book, "QueueLog") == 9
     assert _columns(book, "QueueLogArchive") == 9
 
@@ -99,8 +100,8 @@ def test_status_json_reports_cells_on_google_and_null_on_local(
         return
     assert isinstance(book, GoogleBook) or hasattr(book, "key")
     used = _grids(book.emulator, book.key)
-    # Queue and QueueArchive 17 columns, QueueLog and QueueLogArchive 9, Sheet1 26
-    assert cells["used"] == used == 1000 * 17 * 2 + 1000 * 9 * 2 + 1000 * 26
+    # Queue and QueueArchive Q columns, QueueLog and QueueLogArchive 9, Sheet1 26
+    assert cells["used"] == used == 1000 * Q * 2 + 1000 * 9 * 2 + 1000 * 26
     assert cells["limit"] == 10_000_000
     assert cells["percent"] == round(100 * used / 10_000_000, 1)
     assert cells["full_at"] is not None
@@ -132,11 +133,12 @@ def test_status_warns_at_80_percent_with_the_date_and_stays_at_two_requests(
     assert r.code == 0, r.stderr
     assert emu.count() == 2
     cells = r.json()["cells"]
-    assert cells["used"] == 900_000 * 9 + 2 * 1000 * 17 + 1000 * 9 + 1000 * 26
+    assert cells["used"] == 900_000 * 9 + 2 * 1000 * Q + 1000 * 9 + 1000 * 26
     assert cells["percent"] >= 80
-    # 7 tasks a week × (17 + 3 × 9) cells each = 44 cells/day; 1,866,000 cells left
+    # 7 tasks a week × (Q + 3 × 9) cells each
     left = 10_000_000 - cells["used"]
-    expected = T0 + timedelta(days=1) + timedelta(seconds=left / (7 * 44 / (7 * 86400)))
+    per_day = Q + 3 * 9
+    expected = T0 + timedelta(days=1) + timedelta(seconds=left / (7 * per_day / (7 * 86400)))
     got = datetime.fromisoformat(cells["full_at"].replace("Z", "+00:00"))
     assert abs((got - expected).total_seconds()) < 2
     assert "cells" in r.stderr and cells["full_at"][:10] in r.stderr

@@ -46,6 +46,7 @@ def _task(rng: random.Random, n: int) -> dict[str, Any]:
         "idempotency_key": f"k{n}",
         "updated_at": created,
         "payload_hash": "h",
+        "priority": rng.choice([0, 0, 5, -1]),
         "next_retry_at": None,
         "lease_until": None,
         "alerted_at": None,

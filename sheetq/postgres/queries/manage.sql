@@ -14,7 +14,8 @@ SELECT coalesce(%(at)s::timestamptz, statement_timestamp()) AS now;
 -- its row lock is re-checked and left alone. Returns the tasks picked, as they were.
 -- %(queue)s, %(now)s; %(ids)s, %(types)s, %(classes)s: text[] (empty: any);
 -- %(statuses)s text[]; %(reset)s: attempts from zero; %(dry)s: change nothing;
--- %(run_id)s; %(ws)s: the characters Python's str.strip() removes.
+-- %(run_id)s; %(ws)s: the characters Python's str.strip() removes; %(priority)s: the
+-- tasks' new priority (NULL: kept; docs/design.md §14).
 WITH picked AS (
     SELECT t.task_id, btrim(t.type, %(ws)s) AS type, t.status, t.retry_count,
            lower(btrim(t.error_class, %(ws)s)) AS error_class, t.created_at
@@ -32,7 +33,8 @@ changed AS (
     UPDATE sheetq_tasks AS t
     SET status = 'pending', next_retry_at = %(now)s, error_class = '', alerted_at = NULL,
         lease_owner = '', lease_until = NULL, updated_at = %(now)s,
-        retry_count = CASE WHEN %(reset)s THEN 0 ELSE t.retry_count END
+        retry_count = CASE WHEN %(reset)s THEN 0 ELSE t.retry_count END,
+        priority = coalesce(%(priority)s::integer, t.priority)
     FROM picked AS p
     WHERE NOT %(dry)s AND t.queue = %(queue)s AND t.task_id = p.task_id
     RETURNING t.task_id, p.type, p.status AS was, t.retry_count, p.created_at
@@ -41,7 +43,9 @@ logged AS (  -- from what the update returned: no join between the two (a plan's
     INSERT INTO sheetq_log (queue, ts, task_id, type, event, status, retry_count, message, run_id)
     SELECT %(queue)s, %(now)s, c.task_id, c.type, 'requeued', 'pending', c.retry_count,
            'requeued with `sheetq requeue` (was ' || c.was
-               || CASE WHEN %(reset)s THEN ', attempts reset)' ELSE ')' END,
+               || CASE WHEN %(reset)s THEN ', attempts reset' ELSE '' END
+               || CASE WHEN %(priority)s::integer IS NULL THEN ''
+                       ELSE ', priority ' || %(priority)s::integer END || ')',
            %(run_id)s
     FROM changed AS c
     ORDER BY c.created_at, c.task_id
@@ -116,10 +120,10 @@ moved AS (
 stored AS (
     INSERT INTO sheetq_archive (queue, task_id, created_at, type, payload_json, status,
         retry_count, next_retry_at, last_error, idempotency_key, updated_at, error_class,
-        result, lease_owner, lease_until, payload_hash, alerted_at, owner)
+        result, lease_owner, lease_until, payload_hash, alerted_at, owner, priority)
     SELECT queue, task_id, created_at, type, payload_json, status, retry_count,
         next_retry_at, last_error, idempotency_key, updated_at, error_class, result,
-        lease_owner, lease_until, payload_hash, alerted_at, owner
+        lease_owner, lease_until, payload_hash, alerted_at, owner, priority
     FROM moved
 ),
 logged AS (

@@ -27,7 +27,8 @@ SELECT t.task_id::text,
        coalesce(to_char(t.lease_until AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), ''),
        t.payload_hash::text,
        coalesce(to_char(t.alerted_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), ''),
-       t.owner::text
+       t.owner::text,
+       t.priority::text
 FROM sheetq_tasks AS t
 WHERE t.queue = %(queue)s
   AND (t.status = ANY(%(open)s::text[]) OR t.updated_at >= %(since)s)
@@ -53,7 +54,8 @@ SELECT t.task_id::text,
        coalesce(to_char(t.lease_until AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), ''),
        t.payload_hash::text,
        coalesce(to_char(t.alerted_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), ''),
-       t.owner::text
+       t.owner::text,
+       t.priority::text
 FROM sheetq_tasks AS t
 WHERE t.queue = %(queue)s AND t.task_id = ANY(%(ids)s::text[])
 ORDER BY t.created_at, t.task_id

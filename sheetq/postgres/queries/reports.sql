@@ -19,7 +19,7 @@ GROUP BY type, status;
 -- empty: any), oldest first, at most %(limit)s (NULL: all).
 SELECT task_id, created_at, type, payload_json, status, retry_count, next_retry_at,
        last_error, idempotency_key, updated_at, error_class, result, lease_owner,
-       lease_until, payload_hash, alerted_at, owner
+       lease_until, payload_hash, alerted_at, owner, priority
 FROM sheetq_tasks
 WHERE queue = %(queue)s AND task_id <> ''
   AND (cardinality(%(statuses)s::text[]) = 0 OR status = ANY(%(statuses)s::text[]))
@@ -31,12 +31,12 @@ LIMIT %(limit)s;
 -- `sheetq show`: the task in the queue (`archived` false), then in the archive (true).
 SELECT false AS archived, task_id, created_at, type, payload_json, status, retry_count,
        next_retry_at, last_error, idempotency_key, updated_at, error_class, result,
-       lease_owner, lease_until, payload_hash, alerted_at, owner
+       lease_owner, lease_until, payload_hash, alerted_at, owner, priority
 FROM sheetq_tasks WHERE queue = %(queue)s AND task_id = %(task_id)s
 UNION ALL
 SELECT true, task_id, created_at, type, payload_json, status, retry_count, next_retry_at,
        last_error, idempotency_key, updated_at, error_class, result, lease_owner,
-       lease_until, payload_hash, alerted_at, owner
+       lease_until, payload_hash, alerted_at, owner, priority
 FROM sheetq_archive WHERE queue = %(queue)s AND task_id = %(task_id)s
 ORDER BY 1;
 

@@ -19,24 +19,45 @@ SELECT set_config('sheetq.offset', (%(at)s::timestamptz - now())::text, true);
 -- is left to `expire`. A task whose idempotency key another task holds in sheetq_keys (a
 -- loser `sheetq migrate` brought over) is skipped as a duplicate naming the holder, never
 -- claimed. Returns the claimed and skipped rows (unordered: `due_at` gives the order),
--- each with `previous` (its status before), `loser`, and `now`.
-WITH cfg AS (
+-- each with `previous` (its status before), `loser`, `priority` and `now`.
+-- docs/design.md §14: highest priority first, then longest due, then task_id.
+WITH RECURSIVE cfg AS (
     SELECT * FROM unnest(%(types)s::text[], %(leases)s::float8[], %(timeouts)s::float8[],
                          %(max_ages)s::float8[]) AS c(type, lease, timeout, max_age)
+), levels AS (
+    -- §14: the priorities that waiting tasks have, highest first, one probe of
+    -- sheetq_tasks_due each (a skip scan): `due` then reads each priority's due tasks up to
+    -- now and stops, so delayed tasks are never read, whatever their priority (§11). Each
+    -- priority locks at most %(limit)s rows; those the final LIMIT leaves are let go at commit
+    (SELECT t.priority FROM sheetq_tasks AS t
+     WHERE t.queue = %(queue)s AND t.status IN ('pending', 'retry')
+     ORDER BY t.priority DESC LIMIT 1)
+    UNION ALL
+    SELECT (SELECT t.priority FROM sheetq_tasks AS t
+            WHERE t.queue = %(queue)s AND t.status IN ('pending', 'retry')
+              AND t.priority < l.priority
+            ORDER BY t.priority DESC LIMIT 1)
+    FROM levels AS l WHERE l.priority IS NOT NULL
 ), due AS (
-    SELECT t.task_id, t.type, t.status, t.idempotency_key, t.next_retry_at,
-           greatest(t.created_at, t.next_retry_at) AS due_at
-    FROM sheetq_tasks AS t
-    WHERE t.queue = %(queue)s AND t.status IN ('pending', 'retry')
-      AND greatest(t.created_at, t.next_retry_at) <= sheetq_now()
-      AND t.type = ANY(%(types)s::text[])
-      AND NOT EXISTS (
-          SELECT 1 FROM cfg AS c WHERE c.type = t.type AND c.max_age IS NOT NULL
-          AND greatest(t.created_at, t.next_retry_at)
-              < sheetq_now() - make_interval(secs => c.max_age))
-    ORDER BY greatest(t.created_at, t.next_retry_at), t.task_id
+    SELECT d.* FROM levels AS l CROSS JOIN LATERAL (
+        SELECT t.task_id, t.type, t.status, t.idempotency_key, t.next_retry_at, t.priority,
+               greatest(t.created_at, t.next_retry_at) AS due_at
+        FROM sheetq_tasks AS t
+        WHERE t.queue = %(queue)s AND t.status IN ('pending', 'retry')
+          AND t.priority = l.priority
+          AND greatest(t.created_at, t.next_retry_at) <= sheetq_now()
+          AND t.type = ANY(%(types)s::text[])
+          AND NOT EXISTS (
+              SELECT 1 FROM cfg AS c WHERE c.type = t.type AND c.max_age IS NOT NULL
+              AND greatest(t.created_at, t.next_retry_at)
+                  < sheetq_now() - make_interval(secs => c.max_age))
+        ORDER BY greatest(t.created_at, t.next_retry_at), t.task_id
+        LIMIT %(limit)s
+        FOR UPDATE OF t SKIP LOCKED
+    ) AS d
+    WHERE l.priority IS NOT NULL
+    ORDER BY d.priority DESC, d.due_at, d.task_id
     LIMIT %(limit)s
-    FOR UPDATE OF t SKIP LOCKED
 ), held AS MATERIALIZED (
     -- the task holding each key: a scalar subquery, so one index lookup per claimed row
     -- whatever the plan (never a join that reads every key of the queue)
@@ -66,7 +87,7 @@ WITH cfg AS (
       AND t.task_id = ANY(ARRAY(SELECT task_id FROM keyed))  -- by primary key, whatever the plan
     RETURNING t.task_id, t.type, t.payload_json, t.retry_count, t.idempotency_key, t.owner,
               t.created_at, t.lease_until, t.last_error, k.status AS previous, k.loser,
-              k.due_at
+              k.due_at, k.priority
 ), logged AS (
     INSERT INTO sheetq_log (queue, ts, task_id, type, event, status, retry_count, message,
                             run_id)
@@ -81,14 +102,14 @@ WITH cfg AS (
 SELECT c.*, sheetq_now() AS now FROM claimed AS c;
 
 -- name: peek
--- What `claim` would take now (a dry run): nothing locked, nothing written.
+-- What `claim` would take now (a dry run), in its order: nothing locked, nothing written.
 SELECT t.task_id, t.type, t.payload_json, t.retry_count, t.idempotency_key, t.owner,
        t.created_at, t.status AS previous, sheetq_now() AS now
 FROM sheetq_tasks AS t
 WHERE t.queue = %(queue)s AND t.status IN ('pending', 'retry')
   AND greatest(t.created_at, t.next_retry_at) <= sheetq_now()
   AND t.type = ANY(%(types)s::text[])
-ORDER BY greatest(t.created_at, t.next_retry_at), t.task_id
+ORDER BY t.priority DESC, greatest(t.created_at, t.next_retry_at), t.task_id
 LIMIT %(limit)s;
 
 -- name: settle
