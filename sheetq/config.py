@@ -56,6 +56,8 @@ _TYPE_KEYS = _DEFAULT_KEYS | {
     "rate_limit",
     "env",
     "cwd",
+    "group_fields",
+    "group_blocks_on_failure",
 }
 _QUEUE_KEYS = {
     "spreadsheet",
@@ -124,6 +126,8 @@ class TypeConfig:
     env: Mapping[str, str] = field(default_factory=dict)
     cwd: Path | None = None
     priority: int = 0  # docs/design.md §14: higher first; a task's own overrides it
+    group_fields: tuple[str, ...] = ()  # docs/design.md §14: payload paths naming the group
+    group_blocks_on_failure: bool = False  # a failed task holds its group for a person
 
 
 @dataclass(frozen=True)
@@ -358,7 +362,12 @@ def _type(name: str, raw: Any, defaults: TypeConfig, base_dir: Path) -> TypeConf
     if not isinstance(owner, str):
         raise ConfigError(f"{where}.owner: expected a string")
     cwd = raw.get("cwd")
+    blocks = raw.get("group_blocks_on_failure", False)
+    if not isinstance(blocks, bool):
+        raise ConfigError(f"{where}.group_blocks_on_failure: expected true or false")
     return TypeConfig(
+        group_fields=_str_list(f"{where}.group_fields", raw.get("group_fields", [])),
+        group_blocks_on_failure=blocks,
         priority=_priority(f"{where}.priority", raw.get("priority", defaults.priority)),
         name=name,
         handler=handler,

@@ -15,6 +15,7 @@ from sheetq.config import Settings
 from sheetq.errors import InputError
 from sheetq.idempotency import canonical_json, check_size, derive_key, payload_hash
 from sheetq.model import PRIORITY_RULE, Status, new_task_id, parse_priority
+from sheetq.order import clean_group, derive_group
 from sheetq.times import format_ts
 
 
@@ -29,6 +30,7 @@ class NewTask:
     line: int | None = None
     not_before: datetime | None = None
     priority: int = 0  # docs/design.md §14: higher first (the type's unless given)
+    group: str = ""  # docs/design.md §14: one task of a group at a time, in enqueue order
 
 
 @dataclass
@@ -115,16 +117,21 @@ def prepare(
     key: str | None = None,
     source: str = "payload",
     priority: int | str | None = None,
+    group: str | None = None,
 ) -> list[NewTask]:
     """Canonicalise, size-check and key each payload. ``priority``: the tasks' priority
-    (docs/design.md §14; ``None``: the type's ``priority``), an integer or its text.
-    ``InputError`` (exit 2) names the line, or the priority that is not an integer."""
+    (docs/design.md §14; ``None``: the type's ``priority``), an integer or its text;
+    ``group``: their group (``None``: the type's ``group_fields`` read from each payload,
+    if any). ``InputError`` (exit 2) names the line, a priority that is not an integer, or
+    a group value too long or with a control character."""
     config = settings.type_config(task_type)
     level = config.priority if priority is None else check_priority(priority)
+    given = None if group is None else clean_group(group)
     tasks: list[NewTask] = []
     for line, body in payloads:
         canonical = canonical_json(body)
-        check_size(canonical, where=f"{source} line {line}" if line else source)
+        where = f"{source} line {line}" if line else source
+        check_size(canonical, where=where)
         tasks.append(
             NewTask(
                 task_type,
@@ -133,6 +140,9 @@ def prepare(
                 derive_key(task_type, body, canonical, explicit=key, key_fields=config.key_fields),
                 line,
                 priority=level,
+                group=given
+                if given is not None
+                else derive_group(body, config.group_fields, where=where),
             )
         )
     return tasks

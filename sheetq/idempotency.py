@@ -188,7 +188,7 @@ def check_size(canonical: str, *, where: str = "payload") -> None:
         )
 
 
-def _key_value(value: Any) -> str | None:
+def key_value(value: Any) -> str | None:
     """A payload value as key text, before encoding; ``None`` when absent (null, ``""``)."""
     if value is None or value == "":
         return None
@@ -220,7 +220,8 @@ def _key_from(parts: Sequence[tuple[str, str]]) -> str | None:
     return text
 
 
-def _dotted(payload: dict[str, Any], path: str) -> Any:
+def path_value(payload: dict[str, Any], path: str) -> Any:
+    """The value at a dotted path (``customer.id``) of a payload; ``None`` when absent."""
     node: Any = payload
     for part in path.split("."):
         if not isinstance(node, dict) or part not in node:
@@ -269,13 +270,13 @@ def derive_key(
         return f"{task_type}:{clean_explicit_key(explicit)}"
     derived: str | None = None
     if key_fields:
-        fields = [(f, _key_value(_dotted(payload, f))) for f in key_fields]
+        fields = [(f, key_value(path_value(payload, f))) for f in key_fields]
         if all(v is not None for _, v in fields):
             derived = _key_from([(f, v) for f, v in fields if v is not None])
             if derived is None:  # too long or not one line: the hash, as docs/design.md §4 says
                 return f"{task_type}:{payload_hash(canonical)}"
     if derived is None:
-        builtin = [(f, _key_value(payload.get(f))) for f in BUILTIN_KEY_FIELDS]
+        builtin = [(f, key_value(payload.get(f))) for f in BUILTIN_KEY_FIELDS]
         present = [(f, v) for f, v in builtin if v is not None]
         if present:
             derived = _key_from(present)

@@ -89,6 +89,7 @@ QUEUE_COLUMNS: tuple[str, ...] = (
     "alerted_at",
     "owner",
     "priority",
+    "group",
 )
 LOG_COLUMNS: tuple[str, ...] = (
     "ts",

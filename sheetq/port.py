@@ -124,13 +124,54 @@ class Claimed(Protocol):
 
 
 @dataclass
+class BlockedGroup:
+    """A group held by a failed task whose type says ``group_blocks_on_failure``
+    (docs/design.md §14): the group, the task holding it (id, type, status, error class),
+    how many tasks wait behind it, and how long the longest-due of them has been due
+    (seconds; ``None``: none due yet)."""
+
+    group: str
+    task_id: str
+    type: str
+    status: str
+    error_class: str
+    waiting: int
+    oldest: float | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "group": self.group,
+            "task_id": self.task_id,
+            "type": self.type,
+            "status": self.status,
+            "error_class": self.error_class,
+            "waiting": self.waiting,
+            "oldest_waiting_seconds": None if self.oldest is None else round(self.oldest),
+        }
+
+
+@dataclass
+class DueAtPriority:
+    """Due waiting tasks of one priority (docs/design.md §14): how many, and the
+    longest-due one (its id, and seconds it has been due). Tasks held behind their group
+    count here too: they wait as well."""
+
+    priority: int
+    due: int
+    task_id: str
+    oldest: float
+
+
+@dataclass
 class QueueTally:
     """What ``sheetq status`` counts: by status and by type × status (unrecognised statuses
     apart, in ``strange``); ``oldest``: seconds the longest-due waiting task has been due
     (``None``: none due); ``due``: retries due now; ``owed``: failed tasks not alerted yet;
     ``unparseable``: waiting rows whose ``next_retry_at`` a person typed unreadably;
     ``bad_priorities``: waiting tasks whose ``priority`` cell a person typed as no integer,
-    as (task id, the text, the type's priority they run at; docs/design.md §14)."""
+    as (task id, the text, the type's priority they run at; docs/design.md §14);
+    ``blocked``: groups a failed task holds for a person; ``by_priority``: the oldest due
+    task of each priority."""
 
     counts: Counter[str] = field(default_factory=Counter)
     by_type: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
@@ -143,6 +184,8 @@ class QueueTally:
     total: int = 0
     unparseable: list[str] = field(default_factory=list)
     bad_priorities: list[tuple[str, str, int]] = field(default_factory=list)
+    blocked: list[BlockedGroup] = field(default_factory=list)
+    by_priority: list[DueAtPriority] = field(default_factory=list)  # highest first
 
 
 @dataclass

@@ -126,6 +126,15 @@ def enqueue(
             show_default=False,
         ),
     ] = None,
+    group: Annotated[
+        str | None,
+        typer.Option(
+            "--group",
+            help="Run one task of this group at a time, in enqueue order (default: the "
+            "type's group_fields).",
+            show_default=False,
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
 ) -> None:
     """Add a task to the Queue, once: a repeated payload is a duplicate (exit 0), the same key
@@ -140,15 +149,19 @@ def enqueue(
       sheetq enqueue lead --jsonl --file leads.jsonl --json
 
       sheetq enqueue order_confirmation '{"order_id": "A-1"}' --priority 10
+
+      sheetq enqueue deal_update '{"deal_id": 42, "stage": "won"}' --group deal-42
     """
     from sheetq.cli.app import state
     from sheetq.config import TYPE_PATTERN, TYPE_RULE  # one rule for the CLI and sheetq.toml
     from sheetq.enqueue import check_priority, prepare
     from sheetq.idempotency import parse_payload
+    from sheetq.order import clean_group
 
     if not TYPE_PATTERN.match(task_type):
         raise UsageError(f"TYPE {task_type!r}: {TYPE_RULE}")
     level = None if priority is None else check_priority(priority)
+    group = None if group is None else clean_group(group)
     if jsonl and key is not None:
         raise UsageError("--key cannot be used with --jsonl: every line would share one key")
     text, source = _read_source(payload, file)
@@ -177,7 +190,7 @@ def enqueue(
             )
     else:
         items.append((None, parse_payload(text, where=source)))
-    tasks = prepare(task_type, items, settings, key=key, source=source, priority=level)
+    tasks = prepare(task_type, items, settings, key=key, source=source, priority=level, group=group)
     if jsonl and not tasks:
         if as_json:
             emit_json({"enqueued": 0, "duplicate": 0, "conflict": 0, "results": []})

@@ -74,6 +74,16 @@ def status(
                 "without_handler": without_handler,
                 "total": tally.total,
                 "unparseable_next_retry_at": [u.split(" ", 1)[0] for u in unparseable],
+                "blocked_groups": [b.as_json() for b in tally.blocked],
+                "oldest_due_by_priority": [
+                    {
+                        "priority": p.priority,
+                        "due": p.due,
+                        "task_id": p.task_id,
+                        "oldest_due_seconds": round(p.oldest),
+                    }
+                    for p in tally.by_priority
+                ],
                 "unreadable_priorities": [
                     {"task_id": i, "priority": text, "runs_at": level}
                     for i, text, level in tally.bad_priorities
@@ -122,6 +132,22 @@ def status(
     if without_handler:
         facts.append(f"waiting without a handler: {without_handler}")
     echo("; ".join(facts))
+    if len(tally.by_priority) > 1 or (tally.by_priority and tally.by_priority[0].priority):
+        echo(
+            "due by priority: "
+            + "; ".join(
+                f"{p.priority}: {p.due}, oldest {p.task_id} due {format_duration(p.oldest)}"
+                for p in tally.by_priority
+            )
+        )
+    for b in tally.blocked:
+        since = f", the oldest due {format_duration(b.oldest)}" if b.oldest is not None else ""
+        echo(
+            f"group {terminal_safe(b.group)!r} blocked by {b.task_id} ({b.type}, {b.status}"
+            + (f", {b.error_class}" if b.error_class else "")
+            + f"): {b.waiting} waiting{since}; `sheetq requeue --task {b.task_id}` or "
+            f"`sheetq skip --task {b.task_id}` lets it go on"
+        )
     if tally.bad_priorities:
         shown = ", ".join(
             f"{i} ({terminal_safe(repr(text))}: runs at {level})"

@@ -84,15 +84,19 @@ def _insert_tasks(
     moment: datetime,
 ) -> None:
     owners: dict[str, str] = {}
+    blocks: dict[str, bool] = {}
     with conn.cursor() as cur, cur.copy(QUERIES["insert_tasks"]) as copy:
         for one in fresh:
             task = one.task
             if task.type not in owners:
-                owners[task.type] = settings.type_config(task.type).owner
+                config = settings.type_config(task.type)
+                owners[task.type] = config.owner
+                blocks[task.type] = config.group_blocks_on_failure
             copy.write_row(
                 (queue, one.task_id, moment, task.type, task.canonical, str(Status.PENDING), 0,
                  task.not_before, task.key, moment, task.payload_hash, owners[task.type],
-                 task.priority)
+                 task.priority, task.group, blocks[task.type] and bool(task.group),
+                 bool(task.group))
             )  # fmt: skip
     clash = conn.execute(
         QUERIES["claim_keys"],

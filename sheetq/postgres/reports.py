@@ -25,7 +25,7 @@ import psycopg
 
 from sheetq.config import Settings
 from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS, WAITING, Row, Status
-from sheetq.port import QueueTally
+from sheetq.port import BlockedGroup, DueAtPriority, QueueTally
 from sheetq.postgres.codec import values_from_record
 from sheetq.postgres.queries import QUERIES
 from sheetq.postgres.session import Session
@@ -63,9 +63,10 @@ def status_tally(session: Session, settings: Settings, now: datetime) -> QueueTa
     tally = QueueTally()
     with session.transaction() as conn:
         _utc(conn)
-        groups = conn.execute(
-            QUERIES["status_groups"], {"queue": session.queue, "due": due_before, "ws": WS}
-        ).fetchall()
+        params = {"queue": session.queue, "due": due_before, "ws": WS}
+        groups = conn.execute(QUERIES["status_groups"], params).fetchall()
+        levels = conn.execute(QUERIES["status_priorities"], params).fetchall()
+        blocked = conn.execute(QUERIES["status_blocked_groups"], params).fetchall()
     oldest: datetime | None = None
     for g in groups:
         name, kind, n = str(g["status"]), str(g["type"]).strip(), int(g["n"])
@@ -81,6 +82,27 @@ def status_tally(session: Session, settings: Settings, now: datetime) -> QueueTa
             tally.without_handler += n
     if oldest is not None:
         tally.oldest = max(0.0, (now - oldest).total_seconds())
+    tally.by_priority = [
+        DueAtPriority(
+            int(r["priority"]),
+            int(r["due"]),
+            str(r["task_id"]),
+            max(0.0, (now - _second(r["since"])).total_seconds()),
+        )
+        for r in levels
+    ]
+    tally.blocked = [
+        BlockedGroup(
+            str(r["group"]),
+            str(r["task_id"]),
+            str(r["type"]),
+            str(r["status"]),
+            str(r["error_class"]),
+            int(r["waiting"]),
+            None if r["oldest"] is None else max(0.0, (now - _second(r["oldest"])).total_seconds()),
+        )
+        for r in blocked
+    ]
     return tally
 
 

@@ -117,6 +117,7 @@ def plan_enqueue(
                     "payload_hash": task.payload_hash,
                     "owner": owners[task.type],
                     "priority": task.priority,
+                    "group": task.group,
                 },
             )
         status = one.found.status if one.found is not None else str(Status.PENDING)

@@ -9,7 +9,7 @@ Queue change and its QueueLog rows always land in one atomic write.
 from __future__ import annotations
 
 import random
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
@@ -27,6 +27,7 @@ from sheetq.model import (
     Status,
     parse_priority,
 )
+from sheetq.order import Member, claimable
 from sheetq.policy import due_since, expiry, is_due, log_values, outcome_message, recover
 from sheetq.redact import printable, shorten
 from sheetq.retry import Decision
@@ -50,6 +51,7 @@ SCAN_COLUMNS = (
     "last_error",
     "updated_at",
     "priority",
+    "group",
 )
 STATUS_COLUMNS = (
     "task_id",
@@ -62,6 +64,7 @@ STATUS_COLUMNS = (
     "lease_until",
     "lease_owner",
     "priority",
+    "group",
 )
 KEY_COLUMNS = ("task_id", "idempotency_key", "payload_hash", "status")
 _FAR_FUTURE = datetime.max.replace(tzinfo=None)
@@ -152,6 +155,11 @@ class QueueRow:
     @cached_property
     def owner(self) -> str:
         return self._get("owner")
+
+    @cached_property
+    def group(self) -> str:
+        """The task's group (docs/design.md §14; ``""``: none)."""
+        return self._get("group")
 
     @cached_property
     def priority(self) -> int | None:
@@ -288,6 +296,7 @@ class BatchPlan:
     failed: int = 0
     unrecognised: int = 0
     without_handler: Counter[str] = field(default_factory=Counter)
+    held_by_group: int = 0  # due tasks waiting for an earlier task of their group
     invalid_times: list[str] = field(default_factory=list)
     invalid_priorities: list[str] = field(default_factory=list)  # a person's typos, explained
 
@@ -330,13 +339,18 @@ def plan_batch(
     open_circuits: Iterable[str] = (),
     held: Collection[str] = (),
     key_holders: Mapping[str, str] | None = None,
+    settled: Mapping[str, Status] | None = None,
 ) -> BatchPlan:
     """What one claim request writes: recoveries, expiries, a person's requeues,
     duplicate-key losers, and the claim of the oldest due rows (docs/design.md §5 steps 2–4).
 
     A loser is a row whose idempotency key an earlier row among ``rows`` has, or (when the
     backend sees only some rows, as PostgreSQL's claim does) whose key ``key_holders``
-    (key → the task id that holds it) gives to another task."""
+    (key → the task id that holds it) gives to another task.
+
+    A task of a group is claimed only when it is the one its group lets run
+    (``sheetq.order.claimable``); ``settled`` gives the statuses that ``held`` tasks' results
+    (not written yet) set, so the next task of a group may ride in the same write."""
     log_sheet = settings.log_sheet
     queue_sheet = settings.queue_sheet
     plan = BatchPlan(ChangeSet())
@@ -369,6 +383,7 @@ def plan_batch(
         )
 
     winners = _winners(rows)
+    free = free_in_groups(rows, settings, held=held, settled=settled or {})
     candidates: list[QueueRow] = []
     reconciles: list[QueueRow] = []
     for row in rows:
@@ -471,6 +486,9 @@ def plan_batch(
             continue
         if row.type in blocked or not _due(row, now):
             continue
+        if row.group and free.get(row.group) != row.task_id:
+            plan.held_by_group += 1  # docs/design.md §14: an earlier task of its group first
+            continue
         if row.priority_typo:
             plan.invalid_priorities.append(priority_note(row, settings))
         candidates.append(row)
@@ -503,6 +521,42 @@ def plan_batch(
     )
     plan.changes.appends.extend(logs)
     return plan
+
+
+def group_members(
+    rows: Iterable[QueueRow],
+    settings: Settings,
+    *,
+    held: Collection[str] = (),
+    settled: Mapping[str, Status] | None = None,
+) -> dict[str, list[Member]]:
+    """Each group's tasks as ``sheetq.order`` sees them (``held`` tasks: with the status their
+    unwritten result sets, from ``settled``; still ``processing`` when it does not say)."""
+    out: dict[str, list[Member]] = defaultdict(list)
+    blocks: dict[str, bool] = {}
+    for row in rows:
+        group = row.group
+        if not group:
+            continue
+        status = row.status
+        if row.task_id in held:
+            status = (settled or {}).get(row.task_id, Status.PROCESSING)
+        if row.type not in blocks:
+            blocks[row.type] = settings.type_config(row.type).group_blocks_on_failure
+        out[group].append(Member(row.task_id, row.order(), status, blocks[row.type]))
+    return out
+
+
+def free_in_groups(
+    rows: Iterable[QueueRow],
+    settings: Settings,
+    *,
+    held: Collection[str] = (),
+    settled: Mapping[str, Status] | None = None,
+) -> dict[str, str | None]:
+    """Group → the task it lets run now (``None``: none; docs/design.md §14)."""
+    members = group_members(rows, settings, held=held, settled=settled)
+    return {group: claimable(tasks) for group, tasks in members.items()}
 
 
 def priority_note(row: QueueRow, settings: Settings) -> str:

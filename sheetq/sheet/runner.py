@@ -236,6 +236,7 @@ class Runner:
                 types=options.types,
                 open_circuits=self.executor.open_circuits,
                 held=self._held if self._pending is not None else (),
+                settled=self._settled(),
             )
             self.summary.without_handler = plan.without_handler
             log.info("scan: %d row(s), %d due task(s) to claim", len(rows), len(plan.claims))
@@ -326,6 +327,16 @@ class Runner:
             options.max_runtime is not None
             and self.clock.monotonic() - self._started >= options.max_runtime
         )
+
+    def _settled(self) -> dict[str, Status]:
+        """The statuses this run's unwritten results set, by task id (they ride in the next
+        claim's write): a group's next task may be claimed in that same write."""
+        out: dict[str, Status] = {}
+        for update in self._pending.updates if self._pending is not None else ():
+            status = Status.parse(update.values.get("status"))
+            if update.worksheet == self.settings.queue_sheet and status and update.key:
+                out[update.key] = status
+        return out
 
     def _note(self, message: str) -> None:
         if message not in self.summary.notes:

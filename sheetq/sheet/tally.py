@@ -15,9 +15,10 @@ from typing import Any
 
 from sheetq.config import Settings
 from sheetq.model import Status
+from sheetq.order import blocked
 from sheetq.policy import due_since
-from sheetq.port import QueueTally
-from sheetq.sheet.plan import QueueRow
+from sheetq.port import BlockedGroup, DueAtPriority, QueueTally
+from sheetq.sheet.plan import QueueRow, group_members
 from sheetq.times import Unparseable
 
 
@@ -38,6 +39,9 @@ def tally_rows(rows: Iterable[QueueRow], settings: Settings, now: datetime) -> T
     out = Tallied(QueueTally())
     t = out.tally
     by_type: Any = t.by_type
+    rows = list(rows)
+    levels: dict[int, DueAtPriority] = {}
+    ages: dict[str, float] = {}  # task id → seconds due, of the due waiting tasks
     for row in rows:
         t.total += 1
         out.created.append(row.created)
@@ -57,6 +61,15 @@ def tally_rows(rows: Iterable[QueueRow], settings: Settings, now: datetime) -> T
             if since is not None and since <= now:
                 age = (now - since).total_seconds()
                 t.oldest = max(0.0, age if t.oldest is None else max(t.oldest, age))
+                ages[row.task_id] = max(0.0, age)
+                level = row.level(settings)
+                seen = levels.get(level)
+                if seen is None:
+                    levels[level] = DueAtPriority(level, 1, row.task_id, max(0.0, age))
+                else:
+                    seen.due += 1
+                    if age > seen.oldest or (age == seen.oldest and row.task_id < seen.task_id):
+                        seen.task_id, seen.oldest = row.task_id, max(0.0, age)
             if settings.type_config(row.type).handler is None:
                 t.without_handler += 1
             if isinstance(when, Unparseable):
@@ -68,4 +81,34 @@ def tally_rows(rows: Iterable[QueueRow], settings: Settings, now: datetime) -> T
                 t.due += 1
         if row.status is Status.FAILED and not row.alerted_at:
             t.owed += 1
+    t.by_priority = [levels[p] for p in sorted(levels, reverse=True)]
+    t.blocked = blocked_groups(rows, settings, ages)
+    return out
+
+
+def blocked_groups(
+    rows: list[QueueRow], settings: Settings, ages: dict[str, float]
+) -> list[BlockedGroup]:
+    """Groups held by a failed task whose type says ``group_blocks_on_failure``, by group
+    (``ages``: task id → seconds due, for the waiting tasks' oldest)."""
+    by_id = {row.task_id: row for row in rows}
+    out = []
+    for group, members in sorted(group_members(rows, settings).items()):
+        holder = blocked(members)
+        if holder is None:
+            continue
+        row = by_id[holder.task_id]
+        waiting = [m.task_id for m in members if m.status in (Status.PENDING, Status.RETRY)]
+        due = [ages[i] for i in waiting if i in ages]
+        out.append(
+            BlockedGroup(
+                group,
+                row.task_id,
+                row.type,
+                str(row.status),
+                row.error_class,
+                len(waiting),
+                max(due) if due else None,
+            )
+        )
     return out

@@ -491,7 +491,7 @@ def test_init_formats_and_keeps_manager_work(
     status_cell = emu.cell(book.key, "Queue", "E2")
     assert status_cell["dataValidation"]["condition"]["type"] == "ONE_OF_LIST"
     header = book.grid("Queue")[0]
-    assert header[9] == "Notes" and header[-1] == "priority"
+    assert header[9] == "Notes" and header[-1] == "group"
     assert book.records()[0]["Notes"] == "VIP client"
     assert book.records()[0]["idempotency_key"] == "lead:lead_id=L-1"
     assert run_cli(["init"]).code == 0

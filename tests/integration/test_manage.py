@@ -146,7 +146,7 @@ def test_init_adopts_original_nine_columns_and_keeps_manager_columns(
     assert rows[0]["payload_hash"].startswith("sha256:") and rows[0]["task_id"].startswith("t_")
     assert rows[1]["created_at"] == "2025-12-01 10:00"
     header = empty_book.grid("Queue")[0]
-    assert header[9] == "notes" and header[-1] == "priority"
+    assert header[9] == "notes" and header[-1] == "group"
     dup = run_cli(["enqueue", "lead", '{"lead_id": "L-1"}', "--json"]).json()
     assert dup["outcome"] == "duplicate" and dup["task_id"] == rows[0]["task_id"]
     write_config(f"[types.lead]\ncommand = {handler_script(tmp_path, 'ok', OK)}\n")

@@ -47,6 +47,7 @@ def _task(rng: random.Random, n: int) -> dict[str, Any]:
         "updated_at": created,
         "payload_hash": "h",
         "priority": rng.choice([0, 0, 5, -1]),
+        "group": rng.choice(["", "", "g1", "g2"]),
         "next_retry_at": None,
         "lease_until": None,
         "alerted_at": None,
@@ -356,7 +357,16 @@ def _agree(seed: int, pg_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
 
         tally = queue.status(clock=clock).tally
         expected = tally_rows(rows, settings, NOW).tally
-        for name in ("counts", "oldest", "due", "owed", "without_handler", "total"):
+        for name in (
+            "counts",
+            "oldest",
+            "due",
+            "owed",
+            "without_handler",
+            "total",
+            "by_priority",
+            "blocked",
+        ):
             assert getattr(tally, name) == getattr(expected, name), name
         assert {k: dict(v) for k, v in tally.by_type.items()} == {
             k: dict(v) for k, v in expected.by_type.items()

@@ -19,10 +19,12 @@ ORDER BY place, created_at, task_id;
 
 -- name: insert_tasks
 -- The batch's new tasks, pending, stamped %(now)s. COPY rows: task_id, type, payload_json,
--- next_retry_at, idempotency_key, payload_hash, owner, priority (the queue and times are
--- the copy's own columns' values, below).
+-- next_retry_at, idempotency_key, payload_hash, owner, priority, group, group_blocks, held
+-- (a grouped task starts held: the groups trigger of migration 6 frees its group's head;
+-- the queue and times are the copy's own columns' values, below).
 COPY sheetq_tasks (queue, task_id, created_at, type, payload_json, status, retry_count,
-    next_retry_at, idempotency_key, updated_at, payload_hash, owner, priority) FROM STDIN;
+    next_retry_at, idempotency_key, updated_at, payload_hash, owner, priority, "group",
+    group_blocks, held) FROM STDIN;
 
 -- name: insert_log
 -- The batch's log rows. COPY rows: queue, ts, task_id, type, event, status, retry_count,

@@ -120,10 +120,10 @@ moved AS (
 stored AS (
     INSERT INTO sheetq_archive (queue, task_id, created_at, type, payload_json, status,
         retry_count, next_retry_at, last_error, idempotency_key, updated_at, error_class,
-        result, lease_owner, lease_until, payload_hash, alerted_at, owner, priority)
+        result, lease_owner, lease_until, payload_hash, alerted_at, owner, priority, "group")
     SELECT queue, task_id, created_at, type, payload_json, status, retry_count,
         next_retry_at, last_error, idempotency_key, updated_at, error_class, result,
-        lease_owner, lease_until, payload_hash, alerted_at, owner, priority
+        lease_owner, lease_until, payload_hash, alerted_at, owner, priority, "group"
     FROM moved
 ),
 logged AS (

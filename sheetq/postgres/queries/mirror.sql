@@ -28,7 +28,8 @@ SELECT t.task_id::text,
        t.payload_hash::text,
        coalesce(to_char(t.alerted_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), ''),
        t.owner::text,
-       t.priority::text
+       t.priority::text,
+       t."group"::text
 FROM sheetq_tasks AS t
 WHERE t.queue = %(queue)s
   AND (t.status = ANY(%(open)s::text[]) OR t.updated_at >= %(since)s)
@@ -55,7 +56,8 @@ SELECT t.task_id::text,
        t.payload_hash::text,
        coalesce(to_char(t.alerted_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), ''),
        t.owner::text,
-       t.priority::text
+       t.priority::text,
+       t."group"::text
 FROM sheetq_tasks AS t
 WHERE t.queue = %(queue)s AND t.task_id = ANY(%(ids)s::text[])
 ORDER BY t.created_at, t.task_id

@@ -14,12 +14,48 @@ FROM sheetq_tasks
 WHERE queue = %(queue)s AND btrim(task_id, %(ws)s) <> ''
 GROUP BY type, status;
 
+-- name: status_priorities
+-- docs/design.md §14: per priority, highest first, the due waiting tasks as of %(due)s (as
+-- `status_groups` counts them): how many, and the longest-due one (then by task id).
+-- %(queue)s, %(due)s.
+SELECT DISTINCT ON (priority) priority, task_id,
+       greatest(created_at, next_retry_at) AS since,
+       count(*) OVER (PARTITION BY priority) AS due
+FROM sheetq_tasks
+WHERE queue = %(queue)s AND status IN ('pending', 'retry')
+  AND greatest(created_at, next_retry_at) < %(due)s
+ORDER BY priority DESC, greatest(created_at, next_retry_at), task_id;
+
+-- name: status_blocked_groups
+-- docs/design.md §14: groups held by a failed task of a type that said
+-- `group_blocks_on_failure` (no earlier task of the group still holds it), by group: the
+-- task, how many wait behind it and since when the longest-due of them is due (as of
+-- %(due)s). %(queue)s, %(due)s.
+SELECT f."group", f.task_id, f.type, f.status, f.error_class,
+       w.waiting, w.oldest
+FROM sheetq_tasks AS f
+CROSS JOIN LATERAL (
+    SELECT count(*) AS waiting,
+           min(greatest(b.created_at, b.next_retry_at)) FILTER (
+               WHERE greatest(b.created_at, b.next_retry_at) < %(due)s) AS oldest
+    FROM sheetq_tasks AS b
+    WHERE b.queue = %(queue)s AND b."group" = f."group" AND b.status IN ('pending', 'retry')
+) AS w
+WHERE f.queue = %(queue)s AND f.status = 'failed' AND f.group_blocks AND f."group" <> ''
+  AND NOT EXISTS (
+      SELECT 1 FROM sheetq_tasks AS e
+      WHERE e.queue = %(queue)s AND e."group" = f."group"
+        AND (e.created_at, e.task_id) < (f.created_at, f.task_id)
+        AND (e.status IN ('pending', 'processing', 'retry')
+             OR (e.status = 'failed' AND e.group_blocks)))
+ORDER BY f."group";
+
 -- name: list_tasks
 -- `sheetq list`: the queue's tasks with one of %(statuses)s and one of %(types)s (text[];
 -- empty: any), oldest first, at most %(limit)s (NULL: all).
 SELECT task_id, created_at, type, payload_json, status, retry_count, next_retry_at,
        last_error, idempotency_key, updated_at, error_class, result, lease_owner,
-       lease_until, payload_hash, alerted_at, owner, priority
+       lease_until, payload_hash, alerted_at, owner, priority, "group"
 FROM sheetq_tasks
 WHERE queue = %(queue)s AND task_id <> ''
   AND (cardinality(%(statuses)s::text[]) = 0 OR status = ANY(%(statuses)s::text[]))
@@ -31,12 +67,12 @@ LIMIT %(limit)s;
 -- `sheetq show`: the task in the queue (`archived` false), then in the archive (true).
 SELECT false AS archived, task_id, created_at, type, payload_json, status, retry_count,
        next_retry_at, last_error, idempotency_key, updated_at, error_class, result,
-       lease_owner, lease_until, payload_hash, alerted_at, owner, priority
+       lease_owner, lease_until, payload_hash, alerted_at, owner, priority, "group"
 FROM sheetq_tasks WHERE queue = %(queue)s AND task_id = %(task_id)s
 UNION ALL
 SELECT true, task_id, created_at, type, payload_json, status, retry_count, next_retry_at,
        last_error, idempotency_key, updated_at, error_class, result, lease_owner,
-       lease_until, payload_hash, alerted_at, owner, priority
+       lease_until, payload_hash, alerted_at, owner, priority, "group"
 FROM sheetq_archive WHERE queue = %(queue)s AND task_id = %(task_id)s
 ORDER BY 1;
 

@@ -30,11 +30,11 @@ WITH RECURSIVE cfg AS (
     -- now and stops, so delayed tasks are never read, whatever their priority (§11). Each
     -- priority locks at most %(limit)s rows; those the final LIMIT leaves are let go at commit
     (SELECT t.priority FROM sheetq_tasks AS t
-     WHERE t.queue = %(queue)s AND t.status IN ('pending', 'retry')
+     WHERE t.queue = %(queue)s AND t.status IN ('pending', 'retry') AND NOT t.held
      ORDER BY t.priority DESC LIMIT 1)
     UNION ALL
     SELECT (SELECT t.priority FROM sheetq_tasks AS t
-            WHERE t.queue = %(queue)s AND t.status IN ('pending', 'retry')
+            WHERE t.queue = %(queue)s AND t.status IN ('pending', 'retry') AND NOT t.held
               AND t.priority < l.priority
             ORDER BY t.priority DESC LIMIT 1)
     FROM levels AS l WHERE l.priority IS NOT NULL
@@ -43,7 +43,8 @@ WITH RECURSIVE cfg AS (
         SELECT t.task_id, t.type, t.status, t.idempotency_key, t.next_retry_at, t.priority,
                greatest(t.created_at, t.next_retry_at) AS due_at
         FROM sheetq_tasks AS t
-        WHERE t.queue = %(queue)s AND t.status IN ('pending', 'retry')
+        -- NOT held: §14, a task waiting behind an earlier one of its group (migration 6)
+        WHERE t.queue = %(queue)s AND t.status IN ('pending', 'retry') AND NOT t.held
           AND t.priority = l.priority
           AND greatest(t.created_at, t.next_retry_at) <= sheetq_now()
           AND t.type = ANY(%(types)s::text[])
@@ -106,7 +107,7 @@ SELECT c.*, sheetq_now() AS now FROM claimed AS c;
 SELECT t.task_id, t.type, t.payload_json, t.retry_count, t.idempotency_key, t.owner,
        t.created_at, t.status AS previous, sheetq_now() AS now
 FROM sheetq_tasks AS t
-WHERE t.queue = %(queue)s AND t.status IN ('pending', 'retry')
+WHERE t.queue = %(queue)s AND t.status IN ('pending', 'retry') AND NOT t.held
   AND greatest(t.created_at, t.next_retry_at) <= sheetq_now()
   AND t.type = ANY(%(types)s::text[])
 ORDER BY t.priority DESC, greatest(t.created_at, t.next_retry_at), t.task_id
