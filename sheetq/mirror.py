@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, tzinfo
 
 from sheetq.config import Settings
-from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS, Event, Status
+from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS, Event, Status, parse_priority
 from sheetq.sheet.enqueue import append_bytes
 from sheetq.sheet.plan import log_row
 from sheetq.sheet.store import (
@@ -50,6 +50,8 @@ OPEN = ("pending", "processing", "retry", "failed")  # always in the mirror
 _TASK_ID = QUEUE_COLUMNS.index("task_id")
 _STATUS = QUEUE_COLUMNS.index("status")
 _OWNER = QUEUE_COLUMNS.index("owner")
+_PRIORITY = QUEUE_COLUMNS.index("priority")
+_UPDATED = QUEUE_COLUMNS.index("updated_at")
 _UPDATE_OVERHEAD = 160  # bytes of one updateCells request around its cells
 _CELL = 34  # bytes of {"userEnteredValue": {"stringValue": ""}} and its comma
 
@@ -120,11 +122,13 @@ class Edits:
 
     * ``requeue``: task id → the status it had (``failed``/``skipped``), to requeue;
     * ``owners``: task id → the owner typed;
+    * ``priorities``: task id → the priority typed (docs/design.md §14);
     * ``warnings``: one line per row whose other typed cells are put back.
     """
 
     requeue: dict[str, str] = field(default_factory=dict)
     owners: dict[str, str] = field(default_factory=dict)
+    priorities: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
 
@@ -140,7 +144,9 @@ def read_edits(
     ``pending``/``retry`` (any case, stray spaces) typed over a row written ``failed`` or
     ``skipped`` requeues it, unless the task in PostgreSQL is no longer in that status
     (running, or already requeued by ``sheetq requeue``): then it is put back. A changed
-    ``owner`` is saved. Any other typed cell is put back, with a warning."""
+    ``owner`` is saved, and so is an integer typed into ``priority`` when it is the only
+    other cell that differs from PostgreSQL (docs/design.md §14). Any other typed cell is
+    put back, with a warning."""
     edits = Edits()
     for row in rows if rows is not None else sheet_rows(sheet):
         task_id = row.task_id
@@ -175,13 +181,16 @@ def read_edits(
                 for i, name in enumerate(QUEUE_COLUMNS)
                 if i not in (_STATUS, _OWNER) and now[i] != true[i]
             ]
-            if changed:
+            level = parse_priority(now[_PRIORITY])
+            if changed == ["priority"] and level is not None:
+                edits.priorities[task_id] = level
+            elif changed:
                 notes.append(", ".join(changed))
         if notes:
             edits.warnings.append(
                 f"{sheet.worksheet} row {row.number} ({task_id}): {'; '.join(notes)} typed into "
                 "sheetq's cells: put back (PostgreSQL is the truth; only pending/retry over a "
-                "failed or skipped row and owner are applied)"
+                "failed or skipped row, owner and an integer priority are applied)"
             )
     return edits
 
@@ -193,11 +202,11 @@ def plan_edits(
     settings: Settings,
     now: datetime,
     run_id: str,
-) -> tuple[ChangeSet, list[str], list[str]]:
+) -> tuple[ChangeSet, list[str], list[str], list[str]]:
     """The change set that applies ``edits`` in PostgreSQL, planned from the tasks as they
     are under a row lock (``locked``). A requeue applies only to a task still in the status
     the sheet showed; each is logged ``requeued`` ``(was failed)``. Returns the change set
-    and the task ids requeued and whose owner was saved."""
+    and the task ids requeued, whose owner was saved, and whose priority was saved."""
     changes = ChangeSet()
     stamp = format_ts(now)
     requeued: list[str] = []
@@ -236,6 +245,7 @@ def plan_edits(
         )
         requeued.append(task_id)
     owners: list[str] = []
+    levels: list[str] = []
     for task_id, owner in edits.owners.items():
         texts = locked.get(task_id)
         if texts is None or texts[_OWNER] == owner:
@@ -244,7 +254,15 @@ def plan_edits(
             UpdateRow(settings.queue_sheet, task_id, 0, {"owner": owner, "updated_at": stamp})
         )
         owners.append(task_id)
-    return changes, requeued, owners
+    for task_id, level in edits.priorities.items():
+        texts = locked.get(task_id)
+        if texts is None or texts[_PRIORITY] == str(level):
+            continue
+        changes.updates.append(
+            UpdateRow(settings.queue_sheet, task_id, 0, {"priority": level, "updated_at": stamp})
+        )
+        levels.append(task_id)
+    return changes, requeued, owners, levels
 
 
 # --- the write ---------------------------------------------------------------------------------
@@ -288,8 +306,10 @@ def _put_back(now: Texts, true: Texts, last: Written) -> bool:
         return False  # as the mirror wrote it: PostgreSQL changed, nobody typed
     others = list(now)
     others[_STATUS], others[_OWNER] = last.status, last.owner
-    if digest(tuple(others)) != last.digest:
-        return True
+    if digest(tuple(others)) != last.digest and any(
+        now[i] != true[i] for i in range(len(now)) if i not in (_STATUS, _OWNER, _UPDATED)
+    ):
+        return True  # (a typed cell PostgreSQL now holds, a saved priority, is no put-back)
     if now[_STATUS] != last.status:
         wanted = Status.parse(now[_STATUS])
         requeued = (

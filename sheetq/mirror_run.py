@@ -69,6 +69,7 @@ class MirrorReport:
     log_appended: int = 0
     requeued: int = 0
     owners_saved: int = 0
+    priorities_saved: int = 0  # docs/design.md §14: priorities a manager typed
     put_back: int = 0
     recognised: int = 0  # log rows the first pass found in QueueLog already (migrate's)
     requests: int = 0
@@ -86,6 +87,7 @@ class MirrorReport:
             "log_appended": self.log_appended,
             "requeued": self.requeued,
             "owners_saved": self.owners_saved,
+            "priorities_saved": self.priorities_saved,
             "put_back": self.put_back,
             "log_recognised": self.recognised,
             "requests": self.requests,
@@ -104,7 +106,9 @@ class MirrorReport:
         return (
             f"mirror: {self.updated} updated, {self.appended} appended, {self.deleted} removed, "
             f"{self.log_appended} log rows{present}; {self.requeued} requeued, "
-            f"{self.owners_saved} owner(s) saved, {self.put_back} put back; "
+            f"{self.owners_saved} owner(s) saved, "
+            + (f"{self.priorities_saved} priorit(ies) saved, " if self.priorities_saved else "")
+            + f"{self.put_back} put back; "
             f"{self.requests} Sheets request(s)"
         )
 
@@ -230,7 +234,7 @@ class _Pass:
             rows = sheet_rows(snap)
             edits = read_edits(snap, loaded.truth, loaded.written if trusted else {}, rows)
             self.report.warnings += edits.warnings
-            if edits.requeue or edits.owners:
+            if edits.requeue or edits.owners or edits.priorities:
                 self._apply_edits(conn, edits, loaded.truth, now)
             ids = {r.task_id for r in rows}
             known = self.mirror.known(conn, ids - set(loaded.truth) - set(loaded.written))
@@ -364,10 +368,10 @@ class _Pass:
         """Requeues and owners, planned from the tasks under a row lock, applied with their
         log rows, stamped with the server's clock (``now`` when pretended, ``SHEETQ_NOW``);
         ``truth`` gets the tasks as they are after."""
-        ids = {*edits.requeue, *edits.owners}
+        ids = {*edits.requeue, *edits.owners, *edits.priorities}
         locked = self.mirror.tasks(conn, ids)
         stamp = self.mirror.stamp(conn, now)
-        changes, requeued, owners = plan_edits(
+        changes, requeued, owners, levels = plan_edits(
             edits, locked, settings=self.settings, now=stamp, run_id=new_run_id("mirror")
         )
         self.mirror.apply_edits(conn, changes)
@@ -378,6 +382,14 @@ class _Pass:
             f"{task_id}: owner {locked[task_id][owner_at]!r} -> {edits.owners[task_id]!r} "
             f"saved from the spreadsheet (updated_at {format_ts(stamp)}; no QueueLog row)"
             for task_id in owners
+        ]
+        priority_at = QUEUE_COLUMNS.index("priority")
+        self.report.priorities_saved += len(levels)
+        self.report.owner_lines += [
+            f"{task_id}: priority {locked[task_id][priority_at]} -> "
+            f"{edits.priorities[task_id]} saved from the spreadsheet (updated_at "
+            f"{format_ts(stamp)}; no QueueLog row)"
+            for task_id in levels
         ]
         truth.update(self.mirror.tasks(conn, ids))
 

@@ -45,7 +45,8 @@ _REQUEUE = frozenset(
     }
 )
 _OWNER = frozenset({"owner", "updated_at"})
-_EDITS = {_REQUEUE: "mirror_requeue", _OWNER: "mirror_owner"}
+_PRIORITY = frozenset({"priority", "updated_at"})
+_EDITS = {_REQUEUE: "mirror_requeue", _OWNER: "mirror_owner", _PRIORITY: "mirror_priority"}
 _STAMPED = ("ts",)  # a log row's cells that must not be empty
 
 

@@ -104,6 +104,15 @@ SET status = %(status)s, next_retry_at = %(next_retry_at)s, error_class = %(erro
 WHERE queue = %(queue)s AND task_id = %(task_id)s
 RETURNING task_id;
 
+-- name: mirror_priority
+-- A manager's priority cell saved from the sheet (docs/design.md §14), stamped
+-- %(updated_at)s (no log row). Returns the task id (no row: the task is gone). %(queue)s,
+-- %(task_id)s, %(priority)s.
+UPDATE sheetq_tasks
+SET priority = %(priority)s, updated_at = %(updated_at)s
+WHERE queue = %(queue)s AND task_id = %(task_id)s
+RETURNING task_id;
+
 -- name: mirror_owner
 -- A manager's owner cell saved from the sheet: the task's owner, stamped %(updated_at)s
 -- (no log row). Returns the task id (no row: the task is gone). %(queue)s, %(task_id)s,
