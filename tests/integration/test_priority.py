@@ -194,3 +194,24 @@ def test_init_adds_the_priority_column_to_an_existing_sheet(
     _enqueue("new", "--priority", "5")
     set_now(monkeypatch, NOW + timedelta(minutes=1))
     assert _run_order(empty_book, 2) == ["old", "new"]  # urgent's 10 beats 5
+
+
+def test_status_shows_the_oldest_due_task_of_each_priority(
+    book: Book, jobs: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No task starves unseen: `status` gives, per priority (highest first), how many tasks
+    are due and the longest-due one; a delayed task is not due yet and not counted."""
+    old = _enqueue("old")
+    set_now(monkeypatch, NOW + timedelta(minutes=10))
+    _enqueue("newer")
+    urgent = _enqueue("urgent", task_type="urgent")
+    _enqueue("later", "--priority", "10", "--delay", "1h")
+    set_now(monkeypatch, NOW + timedelta(minutes=30))
+    r = run_cli(["status", "--json"])
+    assert r.code == 0, r.stderr
+    assert r.json()["oldest_due_by_priority"] == [
+        {"priority": 10, "due": 1, "task_id": urgent, "oldest_due_seconds": 1200},
+        {"priority": 0, "due": 2, "task_id": old, "oldest_due_seconds": 1800},
+    ]
+    text = run_cli(["status"]).stdout
+    assert f"10: 1, oldest {urgent} due 20m" in text and f"0: 2, oldest {old} due 30m" in text
