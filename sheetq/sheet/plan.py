@@ -68,6 +68,7 @@ STATUS_COLUMNS = (
 )
 KEY_COLUMNS = ("task_id", "idempotency_key", "payload_hash", "status")
 _FAR_FUTURE = datetime.max.replace(tzinfo=None)
+_MAY_HOLD = frozenset({Status.PENDING, Status.PROCESSING, Status.RETRY, Status.FAILED})
 _LATE_STATUSES = frozenset(
     {
         ErrorClass.PERMANENT,
@@ -486,15 +487,24 @@ def plan_batch(
             continue
         if row.type in blocked or not _due(row, now):
             continue
-        if row.group and free.get(row.group) != row.task_id:
+        if free and row.raw.values.get("group") and free.get(row.group) != row.task_id:
             plan.held_by_group += 1  # docs/design.md §14: an earlier task of its group first
             continue
-        if row.priority_typo:
+        cell = row.raw.values.get("priority")
+        if type(cell) is not int and cell not in (None, "") and row.priority_typo:
             plan.invalid_priorities.append(priority_note(row, settings))
         candidates.append(row)
 
     # docs/design.md §14: highest priority first, then longest due, then task_id
-    candidates.sort(key=lambda r: (-r.level(settings), *r.due_order()))
+    levels = {t: settings.type_config(t).priority for t in {r.type for r in candidates}}
+
+    def claim_order(row: QueueRow) -> tuple[int, Any, str]:
+        cell = row.raw.values.get("priority")  # an int as sheetq writes it: no parsing
+        own = cell if type(cell) is int else row.priority
+        since, task_id = row.due_order()
+        return (-(own if own is not None else levels[row.type]), since, task_id)
+
+    candidates.sort(key=claim_order)
     reconciles.sort(key=QueueRow.order)
     chosen = reconciles[:batch_size]
     chosen += candidates[: max(0, batch_size - len(chosen))]
@@ -535,12 +545,16 @@ def group_members(
     out: dict[str, list[Member]] = defaultdict(list)
     blocks: dict[str, bool] = {}
     for row in rows:
-        group = row.group
-        if not group:
-            continue
+        if not row.raw.values.get("group"):
+            continue  # the common case, read without parsing
         status = row.status
         if row.task_id in held:
             status = (settled or {}).get(row.task_id, Status.PROCESSING)
+        if status not in _MAY_HOLD:
+            continue  # done, skipped, unrecognised: they never hold a group
+        group = row.group
+        if not group:
+            continue
         if row.type not in blocks:
             blocks[row.type] = settings.type_config(row.type).group_blocks_on_failure
         out[group].append(Member(row.task_id, row.order(), status, blocks[row.type]))
