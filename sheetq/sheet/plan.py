@@ -698,9 +698,10 @@ def plan_needs(values: Mapping[str, CellValue], shared: Collection[str]) -> bool
     """Whether ``plan_batch`` or the owed alerts after it can need this Queue row.
 
     Every row but a finished one (``done``, ``skipped``, ``failed``, in any letter case and
-    spacing of ASCII letters) that owes no alert (``failed`` with ``alerted_at`` blank) and
-    whose idempotency key no other row holds (``shared``: ``shared_keys`` of every row; an
-    earlier finished row still decides which row of a shared key runs). A row whose status
+    spacing of ASCII letters) that owes no alert (``failed`` with ``alerted_at`` blank), is
+    not a ``failed`` task of a group (it may hold its group, docs/design.md §14) and whose
+    idempotency key no other row holds (``shared``: ``shared_keys`` of every row; an earlier
+    finished row still decides which row of a shared key runs). A row whose status
     sheetq does not recognise is needed (it is counted). The local backend filters with the
     same rule in SQL (``Read.planned``); a test runs both on generated queues.
     """
@@ -713,6 +714,9 @@ def plan_needs(values: Mapping[str, CellValue], shared: Collection[str]) -> bool
     if text.lower() == Status.FAILED:
         alerted = values.get("alerted_at")
         if alerted is None or (type(alerted) is str and not alerted.strip()):
+            return True
+        group = values.get("group")
+        if group is not None and (type(group) is not str or group.strip()):
             return True
     key = key_text(values.get("idempotency_key"))
     return bool(key) and key in shared

@@ -84,8 +84,10 @@ def _mapped(method: F) -> F:
 def _planned(sheet_id: int, index: Mapping[str, int]) -> str:
     """The SQL condition of ``sheetq.sheet.plan.plan_needs`` on ``ws_<sheet_id>`` (the
     parameter ``:ws`` is ``WHITESPACE``, what Python's ``strip()`` strips): a finished row is
-    left out unless it owes an alert or another row holds its idempotency key."""
+    left out unless it owes an alert, is a failed task of a group (docs/design.md §14) or
+    another row holds its idempotency key."""
     status, alerted, key = (f"c{index[c]}" for c in ("status", "alerted_at", "idempotency_key"))
+    group = f"c{index['group']}" if "group" in index else "NULL"
     text = f"lower(trim({status}, :ws))"
     finished = ", ".join(f"'{s}'" for s in sorted(FINISHED))
     key_text = (
@@ -95,7 +97,8 @@ def _planned(sheet_id: int, index: Mapping[str, int]) -> str:
     return (
         f"NOT (typeof({status}) = 'text' AND {text} IN ({finished}) "
         f"AND ({text} != '{Status.FAILED}' OR ({alerted} IS NOT NULL "
-        f"AND (typeof({alerted}) != 'text' OR trim({alerted}, :ws) != ''))) "
+        f"AND (typeof({alerted}) != 'text' OR trim({alerted}, :ws) != '') "
+        f"AND ({group} IS NULL OR (typeof({group}) = 'text' AND trim({group}, :ws) = '')))) "
         f"AND ({key_text} = '' OR {key_text} NOT IN (SELECT {key_text} FROM ws_{sheet_id} "
         f"WHERE r > 1 GROUP BY 1 HAVING COUNT(*) > 1)))"
     )

@@ -153,6 +153,8 @@ def test_group_blocks_on_failure_waits_for_a_person(
     later = _enqueue("deal", '{"deal_id": 9, "n": "later"}')
     set_now(monkeypatch, NOW + timedelta(minutes=1))
     assert _batch()["failed"] == 1 and _status(book, after) == ["pending"]
+    # its alert went out (a local scan leaves out finished rows that owe none): still held
+    book.set_cell("Queue", int(book.row_of(bad)["_row"]), "alerted_at", "2026-01-05T09:01:00Z")
     assert _batch()["claimed"] == 0 and _status(book, after) == ["pending"]
     doc = run_cli(["status", "--json"]).json()
     assert doc["blocked_groups"] == [

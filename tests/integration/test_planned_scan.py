@@ -41,13 +41,15 @@ TIMES: list[Any] = [
     "2026-01-05T10:00:00Z", "not a time", 46000.25,
 ]  # fmt: skip
 ERRORS: list[Any] = ["", None, "transient", "permanent", "unknown", "duplicate", "Expired"]
-TYPES: list[Any] = ["job", "job", "aged", "nohandler", ""]
+TYPES: list[Any] = ["job", "job", "aged", "nohandler", "", "strict"]
+GROUPS: list[Any] = ["", "", None, " ", "\u00a0", "g1", "g1", "g2", 5]  # docs/design.md §14
 
 
 def _settings(tmp_path: Path) -> Settings:
     path = tmp_path / "sheetq.toml"
     path.write_text(
         "[types.job]\ncommand = ['true']\n[types.aged]\ncommand = ['true']\nmax_age = '2d'\n"
+        "[types.strict]\ncommand = ['true']\ngroup_blocks_on_failure = true\n"
     )
     return load_settings(config=str(path), env={}, require_spreadsheet=False)
 
@@ -68,6 +70,7 @@ def _queue(rng: random.Random, size: int) -> list[dict[str, Any]]:
                 "lease_owner": rng.choice(["", "run_x"]),
                 "lease_until": rng.choice(TIMES),
                 "alerted_at": rng.choice(ALERTED),
+                "group": rng.choice(GROUPS),
                 "payload_json": "{}",
             }
         )
