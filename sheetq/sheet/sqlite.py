@@ -444,7 +444,10 @@ class SqliteStore:
         select = ", ".join(["r"] + [f"c{index[c]}" for c in wanted])
         planned = read.planned and read.rows is None
         if planned and {"status", "alerted_at", "idempotency_key"} <= index.keys():
-            where = _planned(sheet_id, index)
+            # sheetq's spelling of a waiting or running task first: kept at once (the rule
+            # only ever leaves out finished rows), the rule's trimming only for the others
+            unfinished = ", ".join(f"'{s}'" for s in sorted(set(Status) - FINISHED))
+            where = f"(c{index['status']} IN ({unfinished}) OR {_planned(sheet_id, index)})"
             cursor = self._db.execute(
                 f"SELECT {select} FROM ws_{sheet_id} WHERE r > 1 AND {where} ORDER BY r",
                 {"ws": WHITESPACE},
