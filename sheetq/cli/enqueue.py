@@ -18,7 +18,10 @@ MAX_BAD_LINES_SHOWN = 10
 def _read_stdin() -> tuple[str, str]:
     """Standard input as UTF-8 text (a byte-order mark dropped), or an ``InputError`` that
     names the first byte that is not UTF-8."""
-    data = sys.stdin.buffer.read()
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is None:  # a text-only stream put in its place (an embedding program, a test)
+        return sys.stdin.read(), "stdin"
+    data = buffer.read()
     try:
         return data.decode("utf-8-sig"), "stdin"
     except UnicodeDecodeError as exc:
