@@ -19,7 +19,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from sheetq.errors import ConfigError
+from sheetq.connectors import DEFAULT_COOLDOWN, DEFAULT_ESCALATE, DEFAULT_THRESHOLD
+from sheetq.errors import ConfigError, UsageError
 from sheetq.model import PRIORITY_RULE, parse_priority
 from sheetq.retry import RetryPolicy
 from sheetq.textfile import read_utf8
@@ -58,6 +59,15 @@ _TYPE_KEYS = _DEFAULT_KEYS | {
     "cwd",
     "group_fields",
     "group_blocks_on_failure",
+    "connector",
+}
+# keys of [connectors.NAME] (docs/design.md §13)
+_CONNECTOR_KEYS = {
+    "rate_limit",
+    "concurrency",
+    "breaker_threshold",
+    "breaker_cooldown",
+    "escalate_after",
 }
 _QUEUE_KEYS = {
     "spreadsheet",
@@ -69,7 +79,7 @@ _QUEUE_KEYS = {
     "batch_size",
 }
 _TELEGRAM_KEYS = {"chat_id", "thread_id", "template", "api_url"}
-_TOP_KEYS = {"queue", "defaults", "types", "telegram", "mirror"}
+_TOP_KEYS = {"queue", "defaults", "types", "connectors", "telegram", "mirror"}
 _MIRROR_KEYS = {"interval", "keep_finished"}
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*(\d*)\s*([a-z]+)\s*$", re.IGNORECASE)
@@ -97,6 +107,39 @@ class RateLimit:
     @property
     def interval(self) -> float:
         return self.per_seconds / self.calls
+
+    def text(self) -> str:
+        """As configured, e.g. ``30/60s``."""
+        return f"{self.calls:g}/{self.per_seconds:g}s"
+
+
+@dataclass(frozen=True)
+class ConnectorConfig:
+    """One downstream's shared budget (docs/design.md §13): ``rate_limit`` (starts per
+    window, across every worker), ``concurrency`` (handlers running at once; ``None``: no
+    limit), the breaker's ``breaker_threshold`` (consecutive transient failures) and
+    ``breaker_cooldown`` (seconds open before one probe), ``escalate_after`` (seconds open
+    before the second alert) and ``types``, the task types that call it. A type without
+    ``connector`` is a connector of its own, named like the type."""
+
+    name: str
+    rate_limit: RateLimit | None = None
+    concurrency: int | None = None
+    breaker_threshold: int = DEFAULT_THRESHOLD
+    breaker_cooldown: float = DEFAULT_COOLDOWN
+    escalate_after: float = DEFAULT_ESCALATE
+    types: tuple[str, ...] = ()
+    declared: bool = False  # a [connectors.NAME] table (not a type that is its own)
+
+    @property
+    def interval(self) -> float | None:
+        """Seconds between two starts of the shared rate limit (``None``: no rate limit)."""
+        return None if self.rate_limit is None else self.rate_limit.interval
+
+    @property
+    def limited(self) -> bool:
+        """Whether a claim must take a token or a slot (a rate limit or a concurrency)."""
+        return self.rate_limit is not None or self.concurrency is not None
 
 
 @dataclass(frozen=True)
@@ -128,6 +171,7 @@ class TypeConfig:
     priority: int = 0  # docs/design.md §14: higher first; a task's own overrides it
     group_fields: tuple[str, ...] = ()  # docs/design.md §14: payload paths naming the group
     group_blocks_on_failure: bool = False  # a failed task holds its group for a person
+    connector: str = ""  # its connector's name ("": the type is its own connector)
 
 
 @dataclass(frozen=True)
@@ -165,11 +209,43 @@ class Settings:
     database_url: str = ""  # libpq URL: the queue lives in PostgreSQL (docs/design.md §11)
     mirror_interval: float = 15.0  # seconds between mirror passes inside `sheetq worker`
     mirror_keep_finished: float = 7 * 86400.0  # seconds finished tasks stay in the mirror
+    # every connector: those of [connectors.NAME] and one per type without `connector`
+    connectors: Mapping[str, ConnectorConfig] = field(default_factory=dict)
 
     def type_config(self, name: str) -> TypeConfig:
         """The configuration of type ``name``; the defaults (no handler) if it is not configured."""
         found = self.types.get(name)
         return found if found is not None else replace(self.defaults, name=name)
+
+    @property
+    def connectors_sheet(self) -> bool:
+        """Whether a sheet keeps a ``Connectors`` worksheet (docs/design.md §13): when the
+        configuration has a ``[connectors.NAME]`` table. Without, a type's rate limit and
+        breaker hold within one run, as they always did on a sheet (and no request is
+        spent on a worksheet an older workbook lacks)."""
+        return any(c.declared for c in self.connectors.values())
+
+    def known_connector(self, name: str) -> ConnectorConfig:
+        """The configured connector ``name``; ``UsageError`` (exit 2) naming the known ones."""
+        found = self.connectors.get(name)
+        if found is None:
+            names = ", ".join(sorted(self.connectors)) or "none"
+            raise UsageError(
+                f"connector {name!r} is not configured (configured: {names}); a connector is "
+                "a [connectors.NAME] table or a type of sheetq.toml"
+            )
+        return found
+
+    def connector_of(self, task_type: str) -> ConnectorConfig:
+        """The connector type ``task_type`` calls (its own, named like it, when it names
+        none; an unconfigured type's has no limits)."""
+        config = self.types.get(task_type)
+        name = (config.connector if config else "") or task_type
+        found = self.connectors.get(name)
+        if found is not None:
+            return found
+        policy = (config or self.defaults).policy
+        return ConnectorConfig(name, breaker_threshold=policy.breaker_threshold, types=(task_type,))
 
 
 # --- loading -----------------------------------------------------------------
@@ -320,7 +396,8 @@ def _rate(where: str, value: Any) -> RateLimit:
     unit = unit or "s"
     if not match or (unit not in _RATE_UNITS and unit + "s" not in _RATE_UNITS):
         raise ConfigError(
-            f"{where}: expected a rate like '30/min', '2/s' or '100/hour', got {value!r}"
+            f"{where}: expected a rate with a unit like '30/min', '2/s' or '100/hour', "
+            f"got {value!r}"
         )
     calls = float(match.group(1))
     per = float(match.group(2) or 1) * _RATE_UNITS.get(unit, _RATE_UNITS.get(unit + "s", 1))
@@ -365,6 +442,16 @@ def _type(name: str, raw: Any, defaults: TypeConfig, base_dir: Path) -> TypeConf
     blocks = raw.get("group_blocks_on_failure", False)
     if not isinstance(blocks, bool):
         raise ConfigError(f"{where}.group_blocks_on_failure: expected true or false")
+    connector = raw.get("connector", "")
+    if not isinstance(connector, str) or (connector and not TYPE_PATTERN.match(connector)):
+        raise ConfigError(f"{where}.connector: expected a connector's name, got {connector!r}")
+    if connector and connector != name:
+        for key in ("rate_limit", "breaker_threshold"):
+            if key in raw:
+                raise ConfigError(
+                    f"{where}.{key}: the type calls connector {connector!r}, whose budget is "
+                    f"shared: set {key} in [connectors.{connector}]"
+                )
     return TypeConfig(
         group_fields=_str_list(f"{where}.group_fields", raw.get("group_fields", [])),
         group_blocks_on_failure=blocks,
@@ -382,7 +469,80 @@ def _type(name: str, raw: Any, defaults: TypeConfig, base_dir: Path) -> TypeConf
         + _str_list(f"{where}.redact_fields", raw.get("redact_fields", [])),
         env=dict(env),
         cwd=(base_dir / cwd) if isinstance(cwd, str) else base_dir,
+        connector=connector,
     )
+
+
+def _whole(where: str, value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"{where}: expected a whole number ≥ 1, got {value!r}")
+    return value
+
+
+def _positive(where: str, table: Mapping[str, Any]) -> float:
+    seconds = _duration(where, table[where.rsplit(".", 1)[1]])
+    if seconds <= 0:
+        raise ConfigError(f"{where}: must be longer than 0")
+    return seconds
+
+
+def _connectors(raw: Any, types: Mapping[str, TypeConfig]) -> dict[str, ConnectorConfig]:
+    """``[connectors.NAME]`` and the types that name them; a type naming none is a connector
+    of its own with its ``rate_limit`` and ``breaker_threshold`` (docs/design.md §13).
+    Refuses an unknown connector, ``concurrency = 0``, a rate without a unit."""
+    if not isinstance(raw, dict):
+        raise ConfigError("[connectors]: expected a table of [connectors.NAME] tables")
+    found: dict[str, ConnectorConfig] = {}
+    for name, table in raw.items():
+        where = f"[connectors.{name}]"
+        if not TYPE_PATTERN.match(str(name)):
+            raise ConfigError(f"[connectors.{name!r}]: connector {name!r}: {TYPE_RULE}")
+        if not isinstance(table, dict):
+            raise ConfigError(f"{where}: expected a table")
+        _unknown_keys(where, table, _CONNECTOR_KEYS)
+        config = ConnectorConfig(str(name), declared=True)
+        if "rate_limit" in table:
+            config = replace(config, rate_limit=_rate(f"{where}.rate_limit", table["rate_limit"]))
+        if "concurrency" in table:
+            config = replace(
+                config, concurrency=_whole(f"{where}.concurrency", table["concurrency"])
+            )
+        if "breaker_threshold" in table:
+            config = replace(
+                config,
+                breaker_threshold=_whole(f"{where}.breaker_threshold", table["breaker_threshold"]),
+            )
+        if "breaker_cooldown" in table:
+            config = replace(config, breaker_cooldown=_positive(f"{where}.breaker_cooldown", table))
+        if "escalate_after" in table:
+            config = replace(config, escalate_after=_positive(f"{where}.escalate_after", table))
+        found[str(name)] = config
+    members: dict[str, list[str]] = {}
+    for type_name, typed in types.items():
+        if typed.connector and typed.connector not in found and typed.connector != type_name:
+            known = ", ".join(sorted(found)) or "none"
+            raise ConfigError(
+                f"[types.{type_name}].connector: unknown connector {typed.connector!r} "
+                f"(add [connectors.{typed.connector}]; configured: {known})"
+            )
+        own = typed.connector or type_name
+        if own in found:
+            members.setdefault(own, []).append(type_name)
+            if typed.rate_limit is not None:
+                raise ConfigError(
+                    f"[types.{type_name}].rate_limit: the type calls connector {own!r}, whose "
+                    f"budget is shared: set rate_limit in [connectors.{own}]"
+                )
+        else:
+            found[own] = ConnectorConfig(
+                own,
+                rate_limit=typed.rate_limit,
+                breaker_threshold=typed.policy.breaker_threshold,
+                types=(type_name,),
+            )
+    for name, names in members.items():
+        found[name] = replace(found[name], types=tuple(names))
+    return found
 
 
 DATABASE_URL_SOURCE = "SHEETQ_DATABASE_URL / --database-url"
@@ -466,6 +626,7 @@ def load_settings(
         str(name): _type(str(name), value, defaults, base_dir)
         for name, value in raw.get("types", {}).items()
     }
+    connectors = _connectors(raw.get("connectors", {}), types)
 
     url = (database_url or env.get("SHEETQ_DATABASE_URL") or "").strip()
     if url:
@@ -541,6 +702,7 @@ def load_settings(
         config_path=config_path,
         base_dir=base_dir,
         database_url=url,
+        connectors=connectors,
         **_mirror(raw.get("mirror", {})),
     )
 
