@@ -5,6 +5,10 @@ same server, in one run. Prints one table.
     python benchmarks/postgres.py --tasks 20000   # smaller
     SHEETQ_TEST_DATABASE_URL=postgresql://… python benchmarks/postgres.py   # your server
 
+Section 8 (docs/design.md §13): a type without connector limits, 4 workers, before and
+beside a limited connector (its throughput unchanged), and the limited connector held to
+its rate with 4 workers (most starts in any second).
+
 Also: a raw claim/settle loop with psycopg on the same server (the ceiling a queue's
 bookkeeping is measured against), and the backlog case (docs/design.md §11 "Claims cost
 the same however much waits"): 500 due tasks with and without 150,000 delayed by an hour.
@@ -48,6 +52,20 @@ timeout = "30s"
 python = "_pg_handlers:record"
 timeout = "30s"
 """
+# section 8 (docs/design.md §13): the same no-op type, and a type whose connector has limits
+CONNECTORS = (
+    CONFIG
+    + """
+[connectors.crm]
+rate_limit = "{rate}/s"
+concurrency = {slots}
+
+[types.lim]
+python = "_pg_handlers:record"
+timeout = "30s"
+connector = "crm"
+"""
+)
 
 
 class Bench:
@@ -78,8 +96,8 @@ class Bench:
             SHEETQ_CONFIG=str(self.work / "sheetq.toml"),
             SHEETQ_LOCK_DIR=str(self.work / "locks"),
             PYTHONPATH=str(ROOT),
-            **extra,
         )
+        env.update(extra)  # may name another SHEETQ_CONFIG
         return env
 
     def sheetq(self, url: str, *args: str, input: str | None = None, **extra: str) -> str:
@@ -142,6 +160,88 @@ class Bench:
                 p.send_signal(signal.SIGTERM)
             for p in procs:
                 p.wait(timeout=60)
+
+    def connectors(
+        self, n: int, limited: int, *, rate: int, slots: int, concurrency: int
+    ) -> list[Measure]:
+        """Section 8: 4 workers on ``n`` no-op tasks with a configuration without connector
+        limits, then the same with a limited connector configured and ``limited`` of its
+        tasks waiting alongside (the no-op type's throughput, before and after), then the
+        limited connector alone: its achieved rate and the most starts in any second."""
+        import psycopg
+
+        config = self.work / "connectors.toml"
+        config.write_text(CONNECTORS.format(rate=rate, slots=slots), encoding="utf-8")
+        rows: list[Measure] = []
+        url = self.server.new_database()
+        self.enqueue_jsonl(url, "bench", n)
+        self.progress(f"connectors: 4 workers, {n:,} no-op tasks, no connector limits")
+        before = n / self.workers(url, n, processes=4, concurrency=concurrency)
+        rows.append(Measure("8 connectors", "no limits: 4 workers, before", before, "tasks/s"))
+
+        url = self.server.new_database()
+        self.enqueue_jsonl(url, "bench", n)
+        self.enqueue_jsonl(url, "lim", limited)
+        record = Path(tempfile.mkdtemp(prefix="limited-", dir=self.work))
+        self.progress(
+            f"connectors: 4 workers, {n:,} no-op tasks beside {limited} of a connector at "
+            f"{rate}/s, {slots} at once"
+        )
+        started = time.time()
+        self.workers(
+            url,
+            n + limited,
+            processes=4,
+            concurrency=concurrency,
+            SHEETQ_CONFIG=str(config),
+            BENCH_RECORD_DIR=str(record),
+        )
+        with psycopg.connect(url, autocommit=True) as conn:
+            free_end = _scalar(
+                conn,
+                "SELECT extract(epoch FROM max(updated_at)) FROM sheetq_tasks WHERE type = 'bench'",
+            )
+        after = n / (free_end - started)
+        rows.append(
+            Measure("8 connectors", "no limits: 4 workers, beside a limited one", after, "tasks/s")
+        )
+        rows.append(Measure("8 connectors", "no limits: after ÷ before", after / before, "×"))
+        with psycopg.connect(url, autocommit=True) as conn:
+            claims = sorted(
+                float(t)
+                for (t,) in conn.execute(
+                    "SELECT extract(epoch FROM ts) FROM sheetq_log"
+                    " WHERE type = 'lim' AND event = 'claimed'"
+                )
+            )
+        starts = sorted(float(when) for _, when in _records(record))
+        span = starts[-1] - starts[0] if len(starts) > 1 else 0.0
+        most = _most_in(starts, 1.0)
+        rows.append(
+            Measure(
+                "8 connectors",
+                f"limited {rate}/s, {slots} at once, 4 workers: achieved",
+                (len(starts) - 1) / span if span else 0.0,
+                "starts/s",
+            )
+        )
+        rows.append(
+            Measure(
+                "8 connectors",
+                "limited: most claims in any 1 s (server clock)",
+                float(_most_in(claims, 1.0)),
+                "claims",
+            )
+        )
+        rows.append(
+            Measure(
+                "8 connectors",
+                "limited: most handler starts in any 1 s (each host's clock, a few ms later)",
+                float(most),
+                "starts",
+            )
+        )
+        return rows
 
     def latency(self, url: str, samples: int) -> list[float]:
         """Seconds from an `enqueue` that returned to its handler starting, idle worker."""
@@ -297,6 +397,11 @@ def _host_speed() -> Measure:
     return Measure("0 host", "Python loop, 5,000,000 additions", best, "s")
 
 
+def _most_in(times: list[float], window: float) -> int:
+    """The most of ``times`` (sorted) in any half-open window of ``window`` seconds."""
+    return max((sum(1 for t in times if first <= t < first + window) for first in times), default=0)
+
+
 def _scalar(conn: Any, query: str) -> float:
     row = conn.execute(query).fetchone()
     return float(row[0]) if row and row[0] is not None else 0.0
@@ -343,6 +448,16 @@ def main(argv: list[str] | None = None) -> int:
         "--backlog", type=int, default=150_000, help="Delayed tasks in the backlog case; 0: none."
     )
     parser.add_argument("--backlog-due", type=int, default=500, help="Due tasks there.")
+    parser.add_argument(
+        "--connector-tasks",
+        type=int,
+        default=20_000,
+        help="No-op tasks of section 8 (connectors: before/after); 0: no section 8.",
+    )
+    parser.add_argument(
+        "--connector-limited", type=int, default=200, help="Tasks of the limited connector."
+    )
+    parser.add_argument("--connector-rate", type=int, default=20, help="Its rate, per second.")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args(argv)
@@ -488,6 +603,14 @@ def main(argv: list[str] | None = None) -> int:
                         full_claim / empty_claim,
                         "×",
                     )
+                )
+            if args.connector_tasks:
+                rows += bench.connectors(
+                    args.connector_tasks,
+                    args.connector_limited,
+                    rate=args.connector_rate,
+                    slots=2,
+                    concurrency=args.concurrency,
                 )
         finally:
             bench.server.stop()

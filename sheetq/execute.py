@@ -22,7 +22,18 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sheetq.clock import Clock
-from sheetq.config import Settings, TypeConfig
+from sheetq.config import ConnectorConfig, Settings, TypeConfig
+from sheetq.connectors import (
+    Breaker,
+    Change,
+    Limits,
+    State,
+    after,
+    effective,
+    kind_of,
+    resume,
+    take,
+)
 from sheetq.handlers import groups, run_reconcile, run_task
 from sheetq.idempotency import parse_payload
 from sheetq.model import ErrorClass, Event, Status, Task
@@ -81,8 +92,69 @@ class Executor:
         self.open_circuits: dict[str, str] = {}  # type → why its circuit is open
         self.failures: dict[str, AlertItem] = {}  # this run's failed tasks, for the alert digest
         self._streak: Counter[str] = Counter()  # consecutive transient failures per type
-        self._last_start: dict[str, float] = {}  # type → monotonic time of its last start slot
+        self._last_start: dict[str, float] = {}  # connector → monotonic time of its last start
         self._lock = threading.Lock()
+        # connectors whose state outlives the run (a sheet's Connectors worksheet: seeded by
+        # the runner, written back by it); the transitions this run made, in order
+        self.shared: dict[str, Breaker] = {}
+        self.changes: list[tuple[str, Change]] = []
+        # False in a long-lived worker on PostgreSQL: the database's breaker (shared, with
+        # its cooldown and probe) decides; a circuit opened here would last the worker's life
+        self.local_breaker = True
+
+    def seed(self, breaker: Breaker, name: str) -> None:
+        """Take connector ``name``'s persisted state (its breaker, streak and next start)
+        as this run's starting point (docs/design.md §13)."""
+        connector = (
+            self.settings.connector_of(name)
+            if name not in self.settings.connectors
+            else self.settings.connectors[name]
+        )
+        now = self.clock.now()
+        with self._lock:
+            if breaker.state is State.PAUSED and breaker.until is not None and breaker.until <= now:
+                breaker, ended = resume(breaker, "the pause ended")
+                self.changes.append((name, ended))
+            self.shared[name] = breaker
+            self._streak[name] = breaker.failures
+            interval = connector.interval
+            if interval is not None and breaker.next_at is not None:
+                ahead = (breaker.next_at - now).total_seconds()
+                if ahead > 0:
+                    self._last_start[name] = self.clock.monotonic() + ahead - interval
+
+    def blocked(self) -> dict[str, str]:
+        """Types not to claim now: their circuit opened in this run, or their persisted
+        connector is open or paused (``seed``), each with why."""
+        now = self.clock.now()
+        with self._lock:
+            found = dict(self.open_circuits)
+            for name, breaker in self.shared.items():
+                state = effective(breaker, now)
+                if state in (State.OPEN, State.PAUSED):
+                    connector = self.settings.connectors.get(name)
+                    for each in connector.types if connector else (name,):
+                        found.setdefault(each, f"connector {name!r} is {state}")
+        return found
+
+    def _limits(self, connector: ConnectorConfig) -> Limits:
+        return Limits(
+            interval=connector.interval,
+            concurrency=connector.concurrency,
+            threshold=connector.breaker_threshold,
+            cooldown=connector.breaker_cooldown,
+        )
+
+    def starting(self, row: Claimed, lease_until: datetime) -> None:
+        """A task of a persisted connector starts now: its next start one interval later,
+        and, when the connector is half-open, it is the one probe."""
+        connector = self.settings.connector_of(row.type)
+        with self._lock:
+            found = self.shared.get(connector.name)
+            if found is not None:
+                self.shared[connector.name] = take(
+                    found, self.clock.now(), self._limits(connector), [row.task_id], lease_until
+                )
 
     def cannot_start(
         self, row: Claimed, config: TypeConfig, lease_until: datetime, out_of_time: bool
@@ -92,8 +164,17 @@ class Executor:
         timeout, or ``out_of_time`` (``--max-runtime`` reached)."""
         with self._lock:
             why = self.open_circuits.get(row.type)
+            connector = self.settings.connector_of(row.type)
+            shared = self.shared.get(connector.name)
         if why is not None:
             return f"circuit open for type {row.type!r}: {why}"
+        if shared is not None:
+            state = effective(shared, self.clock.now())
+            if state in (State.OPEN, State.PAUSED):
+                until = f" until {format_ts(shared.until)}" if shared.until else ""
+                return f"connector {connector.name!r} is {state}{until}"
+            if state is State.HALF_OPEN and shared.probe:
+                return f"connector {connector.name!r} is half-open: one probe at a time"
         if self.clock.now() > lease_until - timedelta(seconds=config.policy.timeout):
             return "the batch's lease would run out before this task's timeout"
         if out_of_time:
@@ -109,16 +190,19 @@ class Executor:
                 self.note(line)
 
     def wait_rate_limit(self, config: TypeConfig) -> None:
-        """Wait until the type's next start slot (``rate_limit``: starts spaced by its
-        interval, in seconds on ``clock``). Each caller reserves its slot under the lock and
-        sleeps outside it, so threads start one interval apart."""
-        if config.rate_limit is None:
+        """Wait until the type's connector's next start slot (``rate_limit``: starts spaced
+        by its interval, in seconds on ``clock``; a type without a connector is its own).
+        Each caller reserves its slot under the lock and sleeps outside it, so threads start
+        one interval apart."""
+        connector = self.settings.connector_of(config.name)
+        interval = connector.interval
+        if interval is None:
             return
-        name = config.name
+        name = connector.name
         with self._lock:
             now = self.clock.monotonic()
             last = self._last_start.get(name)
-            start = now if last is None else max(now, last + config.rate_limit.interval)
+            start = now if last is None else max(now, last + interval)
             self._last_start[name] = start
         if start > now:
             self.clock.sleep(start - now)
@@ -233,12 +317,16 @@ class Executor:
         """Count ``decision`` into the summary, the breaker and ``failures`` (lock held)."""
         status = decision.status
         name = row.type
+        # the breaker's streak is the connector's (docs/design.md §13): a type without one
+        # is its own; an auth or config failure stops the type, a streak every type on it
+        connector = self.settings.connector_of(name)
+        key = connector.name
         if status is Status.DONE:
             self.summary.done += 1
-            self._streak[name] = 0
+            self._streak[key] = 0
         elif status is Status.SKIPPED:
             self.summary.skipped += 1
-            self._streak[name] = 0
+            self._streak[key] = 0
         elif status is Status.RETRY:
             self.summary.retry += 1
         else:
@@ -252,7 +340,9 @@ class Executor:
                 row=row.row,
                 owner=row.owner or config.owner,
             )
-        if decision.open_circuit:
+        if not self.local_breaker and decision.error_class is not ErrorClass.CONFIG:
+            pass  # the shared breaker counts it (docs/design.md §13)
+        elif decision.open_circuit:
             why = (
                 "credentials refused (auth): a person must fix them"
                 if decision.error_class is ErrorClass.AUTH
@@ -260,10 +350,28 @@ class Executor:
             )
             self.open_circuits.setdefault(name, why)
         elif decision.counts_for_breaker:
-            self._streak[name] += 1
-            if self._streak[name] >= config.policy.breaker_threshold:
-                self.open_circuits.setdefault(
-                    name, f"{self._streak[name]} consecutive transient failures"
-                )
+            self._streak[key] += 1
+            if self._streak[key] >= connector.breaker_threshold:
+                why = f"{self._streak[key]} consecutive transient failures"
+                if key != name:
+                    why += f" on connector {key!r}"
+                for each in connector.types or (name,):
+                    self.open_circuits.setdefault(each, why)
         elif status in (Status.RETRY, Status.FAILED):
-            self._streak[name] = 0
+            self._streak[key] = 0
+        shared = self.shared.get(key)
+        if shared is not None:
+            shared, change = after(
+                shared,
+                self.clock.now(),
+                self._limits(connector),
+                row.task_id,
+                kind_of(decision),
+                decision.message,
+            )
+            self.shared[key] = shared
+            if change is not None:
+                self.changes.append((key, change))
+            if shared.state is State.OPEN:
+                for each in connector.types or (name,):
+                    self.open_circuits.setdefault(each, shared.reason or "connector open")

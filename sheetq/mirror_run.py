@@ -45,8 +45,16 @@ from sheetq.mirror import (
     token_for,
     token_log_id,
 )
-from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS, new_run_id
-from sheetq.sheet.store import LeaseChange, Read, Snapshot
+from sheetq.model import CONNECTOR_COLUMNS, CONNECTORS_SHEET, LOG_COLUMNS, QUEUE_COLUMNS, new_run_id
+from sheetq.sheet.store import (
+    AppendRow,
+    ChangeSet,
+    LeaseChange,
+    Read,
+    Snapshot,
+    UpdateRow,
+    cell_text,
+)
 from sheetq.times import format_ts, zone
 
 if TYPE_CHECKING:
@@ -219,7 +227,7 @@ class _Pass:
             before = self.mirror.state(conn)
         first = before.last_pass is None and not before.token  # no pass has written yet
         try:
-            info, snap, log = self._read(first)
+            info, snap, log, connectors = self._read(first)
         except StoreError as exc:
             self.mirror.record_failure(now, str(exc))
             raise
@@ -246,6 +254,7 @@ class _Pass:
                 logs, after = self._unseen(
                     conn, after, LogRecogniser(log, zone(info.time_zone), info.locale)
                 )
+        connector_rows = self._connectors(connectors, info, now)
         plan = plan_write(
             snap,
             loaded.truth,
@@ -257,6 +266,10 @@ class _Pass:
             rows=rows,
         )
         self.report.put_back = plan.put_back
+        if plan.chunks:  # the Connectors rows ride in the pass's one write
+            plan.chunks[0].changes.extend(connector_rows)
+        elif connector_rows:
+            self.sheet.apply(connector_rows)
         token = sheet_token
         try:
             for index, chunk in enumerate(plan.chunks):
@@ -332,7 +345,41 @@ class _Pass:
             return found.logs, after
         return [], found.last_id  # every row looked at is in QueueLog already
 
-    def _read(self, first: bool) -> tuple[WorkbookInfo, Snapshot, Snapshot | None]:
+    def _connectors(self, snap: Snapshot | None, info: WorkbookInfo, now: datetime) -> ChangeSet:
+        """The Connectors worksheet (docs/design.md §13): a manager's typed ``paused`` or
+        ``closed`` pauses or resumes the connector in PostgreSQL (logged there); then the
+        rows that differ from PostgreSQL's connectors are planned (same rules as a sheet:
+        ``sheetq.sheet.connectors``)."""
+        if snap is None:
+            return ChangeSet()
+        from sheetq.postgres import connectors as pg_connectors
+        from sheetq.sheet.connectors import parse, view_values
+
+        seen = parse(snap.rows, now, zone(info.time_zone), info.locale)
+        for name, item in seen.items():
+            if item.edit is None or name not in self.settings.connectors:
+                continue
+            if item.edit.event == "paused":
+                pg_connectors.pause(
+                    self.pg, name, seconds=None, reason="typed in the mirror", now=now
+                )
+            else:
+                pg_connectors.resume(self.pg, name, reason="typed in the mirror", now=now)
+            self.report.warnings.append(f"connector {name}: {item.edit.event} from the sheet")
+        changes = ChangeSet()
+        by_row = {r.text("name").strip(): r for r in snap.rows}
+        for view in pg_connectors.views(self.pg, now):
+            cells = view_values(view)
+            row = by_row.get(view.name)
+            if row is None:
+                changes.appends.append(AppendRow(CONNECTORS_SHEET, {"name": view.name, **cells}))
+            elif any(row.text(k).strip() != cell_text(v) for k, v in cells.items()):
+                changes.updates.append(
+                    UpdateRow(CONNECTORS_SHEET, view.name, row.number, cells, "name")
+                )
+        return changes
+
+    def _read(self, first: bool) -> tuple[WorkbookInfo, Snapshot, Snapshot | None, Snapshot | None]:
         """One ``open_with``; the first time, ``init``'s sheet side (worksheets, headers,
         format) and the read again. On the first pass to this spreadsheet the same request
         also reads QueueLog's ``ts``, ``task_id`` and ``event`` (returned third, else
@@ -344,6 +391,10 @@ class _Pass:
         if first:
             reads.append(Read(log, _LOG_IDENTITY))
             layout[log] = LOG_COLUMNS
+        connectors = settings.connectors_sheet  # its rows ride in the same request
+        if connectors:
+            reads.append(Read(CONNECTORS_SHEET, CONNECTOR_COLUMNS))
+            layout[CONNECTORS_SHEET] = CONNECTOR_COLUMNS
         info, snaps = self.sheet.open_with(reads, layout=layout)
         sheets = info.sheets
         if (
@@ -351,10 +402,12 @@ class _Pass:
             or log not in sheets
             or sheets[queue].missing(QUEUE_COLUMNS)
             or sheets[log].missing(LOG_COLUMNS)
+            or (connectors and CONNECTORS_SHEET not in sheets)
         ):
-            added = self.sheet.ensure_worksheets(
-                {queue: QUEUE_COLUMNS, log: LOG_COLUMNS, settings.archive_sheet: QUEUE_COLUMNS}
-            )
+            wanted = {queue: QUEUE_COLUMNS, log: LOG_COLUMNS, settings.archive_sheet: QUEUE_COLUMNS}
+            if connectors:
+                wanted[CONNECTORS_SHEET] = CONNECTOR_COLUMNS
+            added = self.sheet.ensure_worksheets(wanted)
             self.report.initialised += [f"{t}: added {', '.join(c)}" for t, c in added.items()]
             self.report.initialised += self.sheet.fit_grids([queue, log, settings.archive_sheet])
             self.report.initialised += self.sheet.format_worksheets(
@@ -362,7 +415,12 @@ class _Pass:
             )
             info, snaps = self.sheet.open_with(reads, layout=layout)
         info.sheet(queue).columns(QUEUE_COLUMNS)  # refuses a repeated sheetq header
-        return info, snaps[0], snaps[1] if first else None
+        return (
+            info,
+            snaps[0],
+            snaps[1] if first else None,
+            snaps[-1] if connectors else None,
+        )
 
     def _apply_edits(self, conn: Any, edits: Any, truth: dict[str, Texts], now: datetime) -> None:
         """Requeues and owners, planned from the tasks under a row lock, applied with their

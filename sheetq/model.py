@@ -67,6 +67,11 @@ class Event(StrEnum):
     ALERTED = "alerted"
     ARCHIVED = "archived"
     OUTCOME_REFUSED = "outcome_refused"  # a late outcome, refused (docs/design.md §11)
+    # a connector's changes (docs/design.md §13): task_id empty, type = the connector
+    BREAKER_OPENED = "breaker_opened"
+    BREAKER_CLOSED = "breaker_closed"
+    PAUSED = "paused"
+    RESUMED = "resumed"
 
 
 # The first nine are the original Apps Script layout (adoptable by `init`).
@@ -90,6 +95,19 @@ QUEUE_COLUMNS: tuple[str, ...] = (
     "owner",
     "priority",
     "group",
+)
+# The Connectors worksheet (docs/design.md §13): one row per connector. `next_start` (the
+# rate limit's next start, so a run a second later does not start afresh) is sheetq's own.
+CONNECTORS_SHEET = "Connectors"
+CONNECTOR_COLUMNS: tuple[str, ...] = (
+    "name",
+    "state",
+    "until",
+    "reason",
+    "failures",
+    "running",
+    "updated_at",
+    "next_start",
 )
 LOG_COLUMNS: tuple[str, ...] = (
     "ts",

@@ -282,6 +282,58 @@ class CellUsage:
 
 
 @dataclass
+class ConnectorView:
+    """One connector as ``sheetq connector list`` and ``status`` show it (docs/design.md
+    §13): its state as it holds now (``closed``, ``open``, ``half-open``, ``paused``) and
+    ``until`` when (``None``: until a person resumes it, or not applicable), why, the
+    transient-failure streak, tasks running under a live lease and tasks due now, its
+    types and limits, the last error it saw and when it last changed."""
+
+    name: str
+    state: str
+    until: datetime | None = None
+    reason: str = ""
+    failures: int = 0
+    running: int = 0
+    waiting: int = 0
+    types: tuple[str, ...] = ()
+    rate_limit: str = ""
+    concurrency: int | None = None
+    last_error: str = ""
+    updated_at: datetime | None = None
+
+    @property
+    def saturated(self) -> bool:
+        """Every slot taken (tasks wait for one)."""
+        return self.concurrency is not None and self.running >= self.concurrency
+
+    @property
+    def notable(self) -> bool:
+        """Worth a line in ``status``: open, half-open, paused or saturated."""
+        return self.state != "closed" or self.saturated
+
+    def as_json(self) -> dict[str, Any]:
+        """The ``connector list --json`` entry (times as UTC ISO text or ``null``)."""
+        from sheetq.times import format_ts
+
+        return {
+            "name": self.name,
+            "state": self.state,
+            "until": format_ts(self.until) if self.until else None,
+            "reason": self.reason,
+            "failures": self.failures,
+            "running": self.running,
+            "waiting": self.waiting,
+            "saturated": self.saturated,
+            "types": list(self.types),
+            "rate_limit": self.rate_limit or None,
+            "concurrency": self.concurrency,
+            "last_error": self.last_error,
+            "updated_at": format_ts(self.updated_at) if self.updated_at else None,
+        }
+
+
+@dataclass
 class StatusReport:
     """What ``sheetq status`` prints, as of ``now``: where the queue is (``title``; its
     ``time_zone`` for times a person reads), the tally, the tasks held by runs that are
@@ -293,6 +345,7 @@ class StatusReport:
     gone: list[HeldGroup]
     now: datetime
     cells: CellUsage | None = None
+    connectors: list[ConnectorView] = field(default_factory=list)  # the notable ones
 
 
 @dataclass
@@ -561,6 +614,21 @@ class QueuePort(Protocol):
 
     def absorb(self, source: Source, *, now: datetime, run_id: str) -> Written:
         """``sheetq migrate``'s destination: copy ``source`` in, once (a rerun adds nothing)."""
+        ...
+
+    def connectors(self, *, clock: Clock) -> list[ConnectorView]:
+        """Every configured connector's state (docs/design.md §13), by name."""
+        ...
+
+    def connector_pause(
+        self, name: str, *, seconds: float | None, reason: str, clock: Clock
+    ) -> ConnectorView:
+        """A person's pause of connector ``name`` for ``seconds`` (``None``: until resumed),
+        logged ``paused``; ``UsageError`` for a connector the configuration does not name."""
+        ...
+
+    def connector_resume(self, name: str, *, reason: str, clock: Clock) -> ConnectorView:
+        """A person's resume of connector ``name``: ``closed``, logged ``resumed``."""
         ...
 
     def checks(self) -> list[Check]:

@@ -13,6 +13,7 @@ functions that talk to Telegram, and only when there is something to send.
 
 from __future__ import annotations
 
+import html
 import logging
 import re
 import socket
@@ -102,7 +103,34 @@ def make_notifier(settings: Settings, *, verbose: int = 0) -> Notifier:
             log.debug("alert covered %s", ", ".join(report.covered))
         return report
 
-    return notify
+    return _Notifier(notify, settings)
+
+
+class _Notifier:
+    """The run's notifier: called with owed failure alerts (one digest); ``text`` sends one
+    plain message (a connector opened, is still open, closed: docs/design.md §13)."""
+
+    def __init__(self, notify: Notifier, settings: Settings) -> None:
+        self._notify = notify
+        self._settings = settings
+
+    def __call__(self, items: list[AlertItem], title: str) -> AlertReport:
+        return self._notify(items, title)
+
+    def text(self, message: str) -> bool:
+        """Send ``message`` (plain text, escaped for HTML); whether Telegram took it. Never
+        raises."""
+        from sheetq.alerts.telegram import send_message
+
+        tg = self._settings.telegram
+        plain = clean(message, tg, limit=3500)
+        try:
+            delivery = send_message(tg, html.escape(plain), plain)
+        except Exception:  # an alert must never break the run; it stays owed
+            return False
+        for note in delivery.notes:
+            log.info("%s", note)
+        return delivery.sent
 
 
 def send_test(settings: Settings) -> Delivery:

@@ -130,6 +130,7 @@ app.command()(manage.init)
 
 def _register_lazy() -> None:
     from sheetq.cli import alert, archive, demo, doctor, migrate, mirror, stats, worker
+    from sheetq.cli.connector import connector_app
 
     app.command()(archive.archive)
     app.command()(stats.stats)
@@ -139,6 +140,7 @@ def _register_lazy() -> None:
     app.command()(worker.worker)
     app.command()(migrate.migrate)
     app.command()(mirror.mirror)
+    app.add_typer(connector_app)
 
 
 _register_lazy()

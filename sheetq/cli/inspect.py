@@ -89,6 +89,7 @@ def status(
                     for i, text, level in tally.bad_priorities
                 ],
                 "held_by_gone_runs": [g.as_json(tz) for g in gone],
+                "connectors": [v.as_json() for v in report.connectors],
                 "cells": None
                 if cells is None
                 else {
@@ -160,6 +161,11 @@ def status(
         )
     for group in gone:
         echo(group.line(tz))
+    if report.connectors:
+        from sheetq.cli.connector import line
+
+        for view in report.connectors:
+            echo(line(view))
     if mirror is not None:
         echo(mirror_status_line(mirror))
 

@@ -16,6 +16,7 @@ from sheetq.port import (
     ArchiveOutcome,
     ArchiveReport,
     ChangeReport,
+    ConnectorView,
     LogArchiveReport,
     MirrorPass,
     NotBefore,
@@ -26,6 +27,7 @@ from sheetq.port import (
     Worker,
 )
 from sheetq.postgres import alerts, manage, presence, reports
+from sheetq.postgres import connectors as pg_connectors
 from sheetq.postgres import enqueue as pg_enqueue
 from sheetq.postgres.session import Session
 from sheetq.summary import stopped
@@ -86,6 +88,19 @@ class PgQueue:
             say(f"{where}: applied schema migration {number} ({name})")
         state_words = "" if applied else " is current, nothing to do"
         say(f"{where}: schema version {version}{state_words}; queue {queue!r} ready")
+
+    def connectors(self, *, clock: Clock) -> list[ConnectorView]:
+        return pg_connectors.views(self.session, clock.now())
+
+    def connector_pause(
+        self, name: str, *, seconds: float | None, reason: str, clock: Clock
+    ) -> ConnectorView:
+        return pg_connectors.pause(
+            self.session, name, seconds=seconds, reason=reason, now=clock.now()
+        )
+
+    def connector_resume(self, name: str, *, reason: str, clock: Clock) -> ConnectorView:
+        return pg_connectors.resume(self.session, name, reason=reason, now=clock.now())
 
     def checks(self) -> list[Check]:
         from sheetq.postgres.doctor import check_postgres
@@ -239,7 +254,8 @@ class PgQueue:
         gone = (
             presence.held_groups(session, self.settings, now) if tally.counts["processing"] else []
         )
-        return StatusReport(session.where, "UTC", tally, gone, now)
+        notable = [v for v in pg_connectors.views(session, now) if v.notable]
+        return StatusReport(session.where, "UTC", tally, gone, now, connectors=notable)
 
     def stats(self, *, since: datetime, now: datetime, types: Sequence[str]) -> Stats:
         return reports.window_stats(self.session, since=since, now=now, types=types)

@@ -35,6 +35,7 @@ from psycopg.rows import dict_row
 
 from sheetq.clock import Clock, SystemClock
 from sheetq.config import Settings, TypeConfig
+from sheetq.connectors import Kind, kind_of
 from sheetq.errors import SchemaError
 from sheetq.model import MAX_ERROR_CHARS, MAX_RESULT_CHARS, Event, Status
 from sheetq.policy import due_since, expiry, outcome_message, recover
@@ -74,6 +75,22 @@ class PgClaim:
     previous: Status
     reconcile: bool = False
     row: int = 0
+    connector: str = ""  # the connector whose token or slot it holds ("": a free one)
+    probe: bool = False  # the one task a half-open breaker let through
+    failures: int = 0  # its connector's transient-failure streak when it was claimed
+
+
+@dataclass(frozen=True)
+class Effect:
+    """One finished or returned task's effect on its connector (``sheetq.connectors.after``;
+    applied by ``sheetq_connector_outcome``, migration 0005)."""
+
+    connector: str
+    task_id: str
+    kind: Kind
+    threshold: int
+    cooldown: float
+    error: str = ""
 
 
 @dataclass
@@ -97,6 +114,7 @@ class Settle:
     result: str | None = None
     owner: str = ""
     duration_ms: int | None = None
+    effect: Effect | None = None  # on its connector, applied before the outcome is
 
     @property
     def refuse(self) -> bool:
@@ -157,6 +175,30 @@ def finished(
         event=event or Event(str(decision.status)),
         message=outcome_message(decision),
         duration_ms=duration_ms,
+    )
+
+
+def effect(settings: Settings, claim: PgClaim, decision: Decision | None) -> Effect | None:
+    """What a finished attempt (``decision``) or a return unstarted (``None``) means for the
+    claim's connector, or ``None`` when nothing changes there: a free connector's success
+    while its streak was 0 costs no write (docs/design.md §13: no limits, no extra cost)."""
+    if claim.reconcile:
+        return None
+    kind = Kind.RELEASE if decision is None else kind_of(decision)
+    holds = bool(claim.connector) or claim.probe
+    if kind is Kind.RELEASE and not holds:
+        return None
+    if kind is Kind.OK and not holds and claim.failures == 0:
+        return None
+    config = settings.connector_of(claim.type)
+    error = "" if decision is None or kind is Kind.OK else decision.message
+    return Effect(
+        config.name,
+        claim.task_id,
+        kind,
+        config.breaker_threshold,
+        config.breaker_cooldown,
+        shorten(printable(error), 300),
     )
 
 
@@ -323,7 +365,66 @@ class RunDb:
             "leases": [c.policy.lease for c in types],
             "timeouts": [c.policy.timeout for c in types],
             "max_ages": [c.policy.max_age for c in types],
+            **self._connector_params(types),
         }
+
+    def _connector_params(self, types: Sequence[TypeConfig]) -> dict[str, Any]:
+        """The connectors of ``types`` as the claim reads them (docs/design.md §13)."""
+        of = [self.settings.connector_of(c.name) for c in types]
+        connectors = {c.name: c for c in of}
+        return {
+            "connectors": [c.name for c in of],
+            "con_names": list(connectors),
+            "con_interval": [c.interval for c in connectors.values()],
+            "con_slots": [c.concurrency for c in connectors.values()],
+        }
+
+    def ensure_connectors(self, types: Sequence[TypeConfig]) -> None:
+        """A row for each limited connector of ``types``, for the claim to lock."""
+        names = sorted(
+            {self.settings.connector_of(c.name).name for c in types}
+            & {c.name for c in self.settings.connectors.values() if c.limited}
+        )
+        if not names:
+            return
+        with self.transaction() as conn:
+            conn.execute(QUERIES["connectors_ensure"], {"queue": self.queue, "names": names})
+
+    def connector_wait(self, types: Sequence[TypeConfig]) -> float | None:
+        """Seconds until a rate-limited connector of ``types`` with due tasks has its next
+        token (``None``: no due task waits on a token)."""
+        params = self._connector_params(types)
+        if not any(x is not None for x in params["con_interval"]):
+            return None
+        with self.transaction() as conn:
+            found = conn.execute(
+                QUERIES["connector_next"],
+                {"queue": self.queue, "types": [c.name for c in types], **params},
+            ).fetchone()
+        if not found or found["next_at"] is None:
+            return None
+        return max(0.0, float((found["next_at"] - found["now"]).total_seconds()))
+
+    def connector_outcomes(self, run_id: str, effects: Sequence[Effect]) -> None:
+        """Apply finished and returned tasks' effects to their connectors (slots freed,
+        the breaker's streak and transitions, their QueueLog rows), in a transaction of
+        their own: before the outcomes' own, so a claim never waits on a turn's locks."""
+        if not effects:
+            return
+        with self.transaction() as conn:
+            conn.execute(
+                QUERIES["connector_outcomes"],
+                {
+                    "queue": self.queue,
+                    "run": run_id,
+                    "names": [e.connector for e in effects],
+                    "ids": [e.task_id for e in effects],
+                    "kinds": [str(e.kind) for e in effects],
+                    "thresholds": [e.threshold for e in effects],
+                    "cooldowns": [e.cooldown for e in effects],
+                    "errors": [e.error for e in effects],
+                },
+            )
 
     def peek(self, limit: int, types: Sequence[TypeConfig]) -> list[PgClaim]:
         """What ``claim`` would take now; nothing locked or written (``--dry-run``)."""
@@ -548,6 +649,9 @@ def _settle_params(queue: str, run_id: str, outcomes: Sequence[Settle]) -> dict[
 
 def _claim(record: Mapping[str, Any], previous: Status | None = None) -> PgClaim:
     return PgClaim(
+        connector=str(record.get("connector") or ""),
+        probe=bool(record.get("probe")),
+        failures=int(record.get("failures") or 0),
         task_id=str(record["task_id"]),
         type=str(record["type"]),
         retry_count=int(record["retry_count"]),

@@ -35,6 +35,7 @@ from sheetq.errors import Interrupted, StoreUnavailable
 from sheetq.execute import Executor
 from sheetq.model import new_run_id
 from sheetq.postgres import alerts as pg_alerts
+from sheetq.postgres import connectors as pg_connectors
 from sheetq.postgres import presence
 from sheetq.postgres.connection import describe
 from sheetq.postgres.run import (
@@ -45,6 +46,7 @@ from sheetq.postgres.run import (
     ServerClock,
     Settle,
     configured,
+    effect,
     finished,
     released,
     runnable,
@@ -129,7 +131,8 @@ class PgTasks:
 
     def recover(self, db: RunDb, options: RunOptions, reconcile_limit: int) -> Recovery:
         """Recover expired leases and fail tasks past ``max_age``, of the types this run is
-        configured for (and ``--type``); counted."""
+        configured for (and ``--type``); counted. Pauses whose time ran out end first."""
+        pg_connectors.tick(db, self.run_id)
         recovery = db.recover(
             self.run_id,
             configured(self.settings, tuple(options.types)),
@@ -157,16 +160,18 @@ class PgTasks:
     # --- one task --------------------------------------------------------------------
 
     def release(self, claim: PgClaim, reason: str) -> Settle:
-        """The write giving ``claim`` back unstarted."""
+        """The write giving ``claim`` back unstarted (its connector slot with it)."""
         log.info("released %s: %s", claim.task_id, reason)
-        return released(claim, run_id=self.run_id, reason=reason)
+        write = released(claim, run_id=self.run_id, reason=reason)
+        write.effect = effect(self.settings, claim, None)
+        return write
 
     def why_not(self, claim: PgClaim, lease_until: datetime, stopping: Callable[[], bool]) -> str:
         """Why ``claim`` may not start now (``""``: it may), after its rate-limit wait."""
         config = self.settings.type_config(claim.type)
         reason = self.executor.cannot_start(claim, config, lease_until, out_of_time=False)
         if not reason:
-            self.executor.wait_rate_limit(config)
+            # the rate limit is the connector's, taken in the claim (docs/design.md §13)
             reason = "the worker is stopping" if stopping() else ""
         return reason
 
@@ -176,7 +181,7 @@ class PgTasks:
         executed = self.executor.execute(
             claim, claim.payload_json, config, reconcile=claim.reconcile
         )
-        return finished(
+        write = finished(
             claim,
             executed.decision,
             config=config,
@@ -185,6 +190,8 @@ class PgTasks:
             duration_ms=executed.duration_ms,
             event=executed.event,
         )
+        write.effect = effect(self.settings, claim, executed.decision)
+        return write
 
     def run_claim(
         self,
@@ -228,6 +235,19 @@ class PgTasks:
             self.summary.alerts_owed = left
             for note in [*(report.notes if report else []), *digest.notes]:
                 self._note_locked(note)
+        self._connector_alerts(db)
+
+    def _connector_alerts(self, db: RunDb) -> None:
+        """The connectors' owed alerts (opened, still open, closed: docs/design.md §13),
+        after the failure digest, each taken by one sender across every run and worker."""
+        text = getattr(self.notifier, "text", None)
+        if text is None:
+            return
+        sent = pg_connectors.send_owed(
+            db, self.settings, text, f"PostgreSQL {describe(self.settings.database_url)}"
+        )
+        if sent:
+            self.note(f"{sent} connector alert(s) sent")
 
 
 class PgRunner:
@@ -269,6 +289,7 @@ class PgRunner:
         self.db.open()
         self.db.hot()
         presence.announce(self.db, run_id=self.run_id, kind="process")
+        self.db.ensure_connectors(configured(self.settings, tuple(options.types)))
         if options.dry_run:
             self._dry_run(options)
         else:
@@ -344,9 +365,7 @@ class PgRunner:
             if held:
                 claim, until = held.pop(0), recovery.lease_until
             else:
-                claimed = self._retrying(
-                    lambda: self.db.claim(self.run_id, 1, self.tasks.runnable(options))
-                )
+                claimed = self._claim_waiting(options)
                 self.tasks.count_claim(claimed)
                 if not claimed.claims:
                     if not claimed.skipped:
@@ -363,7 +382,26 @@ class PgRunner:
             self._write(self.tasks.release(claim, "--max-runtime reached"))
         return taken > 0 or recovery.has_work
 
+    def _claim_waiting(self, options: RunOptions) -> Claimed:
+        """Claim one task; when none is granted only because a connector's next token has
+        not come yet, wait for it (docs/design.md §5: a rate limit spaces the calls of a
+        run) unless ``--max-runtime`` has passed, and claim again."""
+        while True:
+            claimed = self._retrying(
+                lambda: self.db.claim(self.run_id, 1, self.tasks.runnable(options))
+            )
+            if claimed.claims or claimed.skipped or self._out_of_time(options):
+                return claimed
+            wait = self._retrying(lambda: self.db.connector_wait(self.tasks.runnable(options)))
+            if wait is None:
+                return claimed
+            log.info("waiting %.2fs for a connector's next start", wait)
+            self.clock.sleep(wait)
+
     def _write(self, outcome: Settle) -> None:
+        if outcome.effect is not None:
+            found = outcome.effect
+            self._retrying(lambda: self.db.connector_outcomes(self.run_id, [found]))
         landed = self._retrying(lambda: self.db.settle(self.run_id, [outcome]))
         self.tasks.settled(outcome, landed[0])
 
@@ -397,6 +435,8 @@ class PgRunner:
         if not started:
             self._write(self.tasks.release(claim, "the run was interrupted"))
         elif outcome is not None:
+            if outcome.effect is not None:
+                self.db.connector_outcomes(self.run_id, [outcome.effect])
             self.db.settle(self.run_id, [outcome])
         else:
             self.db.end_lease(self.run_id, claim.task_id)

@@ -44,7 +44,7 @@ from sheetq.errors import SheetqError, StoreUnavailable
 from sheetq.handlers.groups import end_running
 from sheetq.model import new_run_id
 from sheetq.postgres import presence
-from sheetq.postgres.run import PgClaim, RunDb, Settle
+from sheetq.postgres.run import PgClaim, RunDb, Settle, configured
 from sheetq.postgres.runner import PgTasks
 from sheetq.redact import plural
 from sheetq.summary import RunOptions, RunSummary
@@ -116,6 +116,7 @@ class PgWorker:
             notifier=notifier,
             run_id=self.run_id,
         )
+        self.tasks.executor.local_breaker = False  # the database's breaker is the worker's
         self.summary: RunSummary = self.tasks.summary
         self.stopped = ""  # why the worker stopped (e.g. "SIGTERM")
         self._wake = threading.Event()
@@ -214,7 +215,7 @@ class PgWorker:
                     continue
                 if more and not self.stopping:
                     continue  # slots free and tasks may still be due: claim again at once
-                self._wake.wait(self.poll)
+                self._wake.wait(self._idle_wait(db))
         finally:
             self._stop.set()
             pool.shutdown(wait=True)  # running handlers finish (each within its timeout)
@@ -230,6 +231,17 @@ class PgWorker:
         for thread in threads:  # a mirror pass under way finishes its write
             thread.join(MIRROR_JOIN)
         return self.summary
+
+    def _idle_wait(self, db: RunDb) -> float:
+        """Seconds to sleep when nothing more is due: ``poll``, or less when a connector's
+        next token comes sooner (docs/design.md §13)."""
+        if self.stopping or self._free() <= 0:
+            return self.poll
+        try:
+            wait = db.connector_wait(self.tasks.runnable(self.options))
+        except StoreUnavailable:
+            return self.poll
+        return self.poll if wait is None else min(self.poll, max(0.001, wait))
 
     def _linger(self) -> None:
         """Before a turn that settles outcomes while other handlers still run, wait up to
@@ -268,6 +280,11 @@ class PgWorker:
         free = self._free()
         if free <= 0 and not pending:
             return False
+        effects = [o.effect for o in pending if o.effect is not None]
+        if effects:  # slots and breaker first, in a transaction of their own (no deadlock)
+            db.connector_outcomes(self.run_id, effects)
+            for outcome in pending:
+                outcome.effect = None  # applied: not again if the settle must be retried
         landed, claimed = db.settle_and_claim(
             self.run_id, pending, max(0, free), self.tasks.runnable(self.options)
         )
@@ -320,6 +337,7 @@ class PgWorker:
             db.close()
             raise
         self.tasks.clock.db = db
+        db.ensure_connectors(configured(self.settings, tuple(self.options.types)))
         return db
 
     def _announce(self, db: RunDb) -> None:

@@ -11,16 +11,19 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from sheetq.connectors import Breaker, Change, pause, resume
 from sheetq.errors import Interrupted, UsageError
-from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS, Row, Status, new_run_id
+from sheetq.model import CONNECTOR_COLUMNS, LOG_COLUMNS, QUEUE_COLUMNS, Row, Status, new_run_id
 from sheetq.port import (
     AlertOutcome,
     ArchiveOutcome,
     ArchiveReport,
     ChangeReport,
+    ConnectorView,
     LogArchiveReport,
     MirrorPass,
     NotBefore,
@@ -33,11 +36,19 @@ from sheetq.port import (
     Worker,
 )
 from sheetq.sheet import LOCAL_PREFIX, open_store
+from sheetq.sheet.connectors import CONNECTORS_SHEET, Seen, initial_rows
 from sheetq.sheet.plan import SCAN_COLUMNS, QueueRow, parse_rows
 from sheetq.sheet.schema import check_schema
-from sheetq.sheet.store import Gridded, Read, Snapshot, Store, WorkbookInfo
+from sheetq.sheet.store import ChangeSet, Gridded, Read, Snapshot, Store, WorkbookInfo
 from sheetq.summary import stopped
 from sheetq.times import zone
+
+# Connectors on a sheet persist in a `Connectors` worksheet (docs/design.md §13), made by
+# `init` when the configuration has a [connectors.NAME] table.
+_SHEET_CONNECTORS = (
+    "this workbook has no Connectors worksheet: add a [connectors.NAME] table to "
+    "sheetq.toml and run `sheetq init`"
+)
 
 if TYPE_CHECKING:
     from sheetq.checks import Check
@@ -46,7 +57,6 @@ if TYPE_CHECKING:
     from sheetq.enqueue import Enqueued, NewTask
     from sheetq.migrate import Source, Written
     from sheetq.port import HeldGroup, Notifier
-    from sheetq.sheet.store import ChangeSet
     from sheetq.stats import Stats
     from sheetq.summary import RunOptions, RunSummary
 
@@ -119,8 +129,18 @@ class SheetQueue:
             settings.archive_sheet: QUEUE_COLUMNS,
             settings.log_archive_sheet: LOG_COLUMNS,
         }
+        if settings.connectors_sheet:  # docs/design.md §13: shared state across runs
+            titles[CONNECTORS_SHEET] = CONNECTOR_COLUMNS
         added = store.ensure_worksheets(titles)
         info = store.open()
+        if CONNECTORS_SHEET in titles:
+            (rows,) = store.read([Read(CONNECTORS_SHEET, ("name",))])
+            present = [r.text("name").strip() for r in rows.rows]
+            fresh = initial_rows(settings, present, clock.now())
+            if fresh:
+                store.apply(ChangeSet(appends=fresh))
+                added_names = ", ".join(str(r.values["name"]) for r in fresh)
+                say(f"{CONNECTORS_SHEET}: added connector(s) {added_names}")
         for title in (settings.queue_sheet, settings.log_sheet, settings.archive_sheet):
             info.sheet(title).columns(titles[title])
         for title, columns in added.items():
@@ -144,6 +164,75 @@ class SheetQueue:
             names.append(dashboard_title(settings))
         # one closing line, the same on a first and a later run: every worksheet prepared
         say(f"{info.title}: {', '.join(names[:-1])} and {names[-1]} are ready")
+
+    def _connector_rows(self, clock: Clock) -> tuple[WorkbookInfo, dict[str, Seen], datetime]:
+        """The Connectors rows, persons' edits recognised, as of ``clock``'s now."""
+        from sheetq.sheet.connectors import parse
+
+        info = self._checked()
+        if CONNECTORS_SHEET not in info.sheets:
+            raise UsageError(_SHEET_CONNECTORS)
+        (snap,) = self.store.read([Read(CONNECTORS_SHEET, CONNECTOR_COLUMNS)])
+        now = clock.now()
+        return info, parse(snap.rows, now, zone(info.time_zone), info.locale), now
+
+    def connectors(self, *, clock: Clock) -> list[ConnectorView]:
+        """Every configured connector from the Connectors worksheet, with its types' tasks
+        running (``processing``) and waiting (``pending``/``retry``) counted in the Queue,
+        read in the same request."""
+        from sheetq.sheet.connectors import parse, view
+
+        info = self._checked()
+        if CONNECTORS_SHEET not in info.sheets:
+            raise UsageError(_SHEET_CONNECTORS)
+        settings = self.settings
+        rows, queue = self.store.read(
+            [
+                Read(CONNECTORS_SHEET, CONNECTOR_COLUMNS),
+                Read(settings.queue_sheet, ("task_id", "type", "status")),
+            ]
+        )
+        now = clock.now()
+        seen = parse(rows.rows, now, zone(info.time_zone), info.locale)
+        counts: dict[tuple[str, str], int] = {}
+        for row in queue.rows:
+            key = (row.text("type").strip(), row.text("status").strip())
+            counts[key] = counts.get(key, 0) + 1
+        out = []
+        for name in sorted(settings.connectors):
+            config = settings.connectors[name]
+            found = view(config, seen.get(name), now)
+            running = sum(counts.get((t, "processing"), 0) for t in config.types)
+            waiting = sum(counts.get((t, s), 0) for t in config.types for s in ("pending", "retry"))
+            out.append(replace(found, running=running, waiting=waiting))
+        return out
+
+    def _connector_change(
+        self,
+        name: str,
+        clock: Clock,
+        change: Callable[[Breaker, datetime], tuple[Breaker, Change]],
+    ) -> ConnectorView:
+        """A person's pause or resume: the row and its QueueLog row in one atomic write."""
+        from sheetq.sheet.connectors import Seen, view, writes
+
+        config = self.settings.known_connector(name)
+        _, seen, now = self._connector_rows(clock)
+        item = seen.get(name)
+        breaker, done = change(item.breaker if item else Breaker(), now)
+        run_id = new_run_id("connector")
+        self.store.apply(
+            writes(self.settings, seen, {name: breaker}, [(name, done)], now=now, run_id=run_id)
+        )
+        return view(config, Seen(item.row if item else 0, breaker, breaker), now)
+
+    def connector_pause(
+        self, name: str, *, seconds: float | None, reason: str, clock: Clock
+    ) -> ConnectorView:
+        return self._connector_change(name, clock, lambda b, now: pause(b, now, seconds, reason))
+
+    def connector_resume(self, name: str, *, reason: str, clock: Clock) -> ConnectorView:
+        return self._connector_change(name, clock, lambda b, now: resume(b, reason))
 
     def checks(self) -> list[Check]:
         """``sheetq doctor``'s lines for the workbook (``sheetq.sheet.doctor``)."""
@@ -427,9 +516,13 @@ class SheetQueue:
         # Google: one spreadsheets.get (headers, and the columns where init puts them; one
         # read more when a person moved one), then every worksheet's grid (a get with ranges
         # answers only for the worksheets they touch): 2 requests, as before.
-        info, (snap,) = self.store.open_with(
-            [Read(settings.queue_sheet, STATUS_COLUMNS)],
-            layout={settings.queue_sheet: QUEUE_COLUMNS},
+        # the Connectors rows ride in the same request (docs/design.md §13)
+        reads = [Read(settings.queue_sheet, STATUS_COLUMNS)]
+        if settings.connectors_sheet:
+            reads.append(Read(CONNECTORS_SHEET, CONNECTOR_COLUMNS))
+        info, (snap, *more) = self.store.open_with(
+            reads,
+            layout={settings.queue_sheet: QUEUE_COLUMNS, CONNECTORS_SHEET: CONNECTOR_COLUMNS},
         )
         check_schema(info, settings)
         now = clock.now()
@@ -438,7 +531,16 @@ class SheetQueue:
         gone = self._gone(info, tallied.processing, now) if tallied.processing else []
         grids = self.store.grid_sizes() if isinstance(self.store, Gridded) else {}
         cells = cell_usage(grids, settings.queue_sheet, settings.log_sheet, tallied.created, now)
-        return StatusReport(info.title, info.time_zone, tallied.tally, gone, now, cells)
+        notable = []
+        if more and more[0].rows:
+            from sheetq.sheet.connectors import parse, view
+
+            seen = parse(more[0].rows, now, zone(info.time_zone), info.locale)
+            views = [view(c, seen.get(n), now) for n, c in sorted(settings.connectors.items())]
+            notable = [v for v in views if v.notable]
+        return StatusReport(
+            info.title, info.time_zone, tallied.tally, gone, now, cells, connectors=notable
+        )
 
     def _gone(self, info: WorkbookInfo, rows: Sequence[QueueRow], now: datetime) -> list[HeldGroup]:
         """Processing rows whose run is gone, by run (``sheetq.sheet.held``): the run lease

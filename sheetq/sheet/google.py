@@ -41,6 +41,7 @@ from sheetq.errors import (
     StoreUnavailable,
     UsageError,
 )
+from sheetq.model import CONNECTORS_SHEET
 from sheetq.sheet.google_auth import GOOGLE_API, credentials_for, session_for, spreadsheet_key
 from sheetq.sheet.google_cells import (
     _cell_data,
@@ -167,6 +168,8 @@ class GoogleStore(VerifiedWrites):
                 settings.log_sheet,
                 settings.archive_sheet,
                 *extra_titles,
+                # the Connectors rows are read with the run's scan (docs/design.md §13)
+                *((CONNECTORS_SHEET,) if settings.connectors_sheet else ()),
             ),
             account=account,
             time_limit=time_limit,

@@ -24,12 +24,16 @@ from typing import Any
 
 from sheetq.clock import Clock
 from sheetq.config import Settings, TypeConfig
+from sheetq.connectors import Breaker
 from sheetq.errors import Interrupted, LeaseConflict, StoreError
 from sheetq.execute import Executor
-from sheetq.model import Status, new_run_id
+from sheetq.model import CONNECTOR_COLUMNS, Status, new_run_id
 from sheetq.port import AlertItem, Notifier
 from sheetq.sheet.alerts import FRESH_POSITIONS, mark_alerted
 from sheetq.sheet.alerts import owed as owed_alerts
+from sheetq.sheet.connectors import CONNECTORS_SHEET, Seen
+from sheetq.sheet.connectors import parse as parse_connectors
+from sheetq.sheet.connectors import writes as connector_writes
 from sheetq.sheet.journal import Journal, journal_path, plan_recovery
 from sheetq.sheet.plan import (
     SCAN_COLUMNS,
@@ -169,6 +173,8 @@ class Runner:
         self._held: set[str] = set()  # tasks claimed by this run whose results are not written
         self._moved_back = 0  # claims of the last batch given back because their rows moved
         self._journal = Journal(journal_path(lock_path(settings)), sync=store.survives_power_loss)
+        # the Connectors worksheet as this run first read it (None: none, or not read yet)
+        self._connectors: dict[str, Seen] | None = None
 
     # --- the run ---------------------------------------------------------------
 
@@ -234,7 +240,7 @@ class Runner:
                 batch_size=options.batch_size,
                 rng=self.rng,
                 types=options.types,
-                open_circuits=self.executor.open_circuits,
+                open_circuits=self.executor.blocked(),
                 held=self._held if self._pending is not None else (),
                 settled=self._settled(),
             )
@@ -265,6 +271,7 @@ class Runner:
                 stalls = 0
         self._flush(fresh_scan=fresh_scan)
         self._alerts(last_rows)
+        self._connector_alerts(last_rows)
 
     def _apply_journal(self, options: RunOptions) -> bool:
         """Apply what this host's journal knows of a run that was killed (docs/design.md §5 "A kill
@@ -349,11 +356,39 @@ class Runner:
         # ``planned``: only the rows the plan and the owed alerts can need, where the backend
         # can leave the others out (``Read.planned``).
         columns = (*SCAN_COLUMNS, "result") if self._pending is not None else SCAN_COLUMNS
-        (snap,) = self.store.read([Read(self.settings.queue_sheet, columns, planned=planned)])
+        reads = [Read(self.settings.queue_sheet, columns, planned=planned)]
+        first = self._connectors is None and CONNECTORS_SHEET in self.info.sheets
+        if first:  # the run's first scan reads the Connectors rows too: the same request
+            reads.append(Read(CONNECTORS_SHEET, CONNECTOR_COLUMNS))
+        snap, *more = self.store.read(reads)
+        if first:
+            self._seed_connectors(more[0].rows)
         self._snapshot = snap
         self._snapshot_at = self.clock.monotonic()
         self._positions = {}
         return parse_rows(snap.rows, self._tz, self.info.locale)
+
+    def _seed_connectors(self, rows: list[Row]) -> None:
+        """The connectors' persisted state (docs/design.md §13) becomes this run's: open or
+        paused ones hold their types' tasks, the rate limit goes on from its next start."""
+        seen = parse_connectors(rows, self.clock.now(), self._tz, self.info.locale)
+        self._connectors = seen
+        for name in self.settings.connectors:
+            item = seen.get(name)
+            self.executor.seed(item.breaker if item else Breaker(), name)
+
+    def _connector_writes(self) -> ChangeSet:
+        """The Connectors rows this run changed and their QueueLog rows."""
+        if self._connectors is None:
+            return ChangeSet()
+        return connector_writes(
+            self.settings,
+            self._connectors,
+            dict(self.executor.shared),
+            list(self.executor.changes),
+            now=self.clock.now(),
+            run_id=self.run_id,
+        )
 
     def _dry_run(self, plan: BatchPlan) -> None:
         self.summary.recovered = plan.recovered
@@ -533,6 +568,7 @@ class Runner:
                     results.extend(self._release(claim, reason))
                     continue
                 self.executor.wait_rate_limit(config)
+                self.executor.starting(claim.row, plan.lease_until)
                 self._journal.started(self.run_id, claim)
                 outcome = self._run_one(claim, row, config)
                 results.extend(outcome)
@@ -583,11 +619,13 @@ class Runner:
         them) and release the run lease, in one request. ``fresh_scan``: the last scan was
         made just now, after the handlers, so it locates the rows (else the store reads)."""
         results = self._pending
+        connectors = self._connector_writes()
         if results is None:
-            if self._lease is not None:
+            if self._lease is not None or connectors:
                 results = ChangeSet()
             else:
                 return
+        results.extend(connectors)
         results.lease = LeaseChange(self._lease_name, None, self._lease)
         baseline = tuple(
             s
@@ -674,6 +712,34 @@ class Runner:
                 self.info, self.settings.queue_sheet, item.row, item.task_id
             )
         return items
+
+    def _connector_alerts(self, rows: Sequence[QueueRow]) -> None:
+        """One message per connector this run opened or closed (docs/design.md §13), after
+        its state is written; never one per task."""
+        text = getattr(self.notifier, "text", None)
+        if text is None or self._connectors is None:
+            return
+        sent = 0
+        for name, change in self.executor.changes:
+            if change.event not in ("breaker_opened", "breaker_closed"):
+                continue
+            verb = "opened" if change.event == "breaker_opened" else "closed again"
+            types = self._types_of(name)
+            waiting = sum(
+                1
+                for r in rows
+                if r.status in (Status.PENDING, Status.RETRY, Status.PROCESSING) and r.type in types
+            )
+            message = f"sheetq {self.info.title}: connector {name} {verb}: {change.message}"
+            if change.event == "breaker_opened":
+                message += f"\n{waiting} task(s) wait for it"
+            sent += bool(text(message))
+        if sent:
+            self._note(f"{sent} connector alert(s) sent")
+
+    def _types_of(self, name: str) -> tuple[str, ...]:
+        found = self.settings.connectors.get(name)
+        return found.types if found else (name,)
 
     def _alerts(self, rows: Sequence[QueueRow]) -> None:
         owed = self.owed(rows)

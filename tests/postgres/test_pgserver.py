@@ -71,7 +71,7 @@ def _name(url: str) -> str:
 
 def _fill_every_table(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A queue that was used: tasks, keys, log, archive, log archive, leases, mirror state,
-    an alert claim, a run; a database setting; the log's identity sequence moved on."""
+    an alert claim, a run, a connector; a database setting; the log's identity sequence moved on."""
     monkeypatch.setenv("SHEETQ_DATABASE_URL", url)
     assert run_cli(["init"]).code == 0
     monkeypatch.setenv("SHEETQ_NOW", "2026-01-01T00:00:00Z")
@@ -89,6 +89,7 @@ def _fill_every_table(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
             " clock_timestamp())"
         )
         conn.execute("INSERT INTO sheetq_runs VALUES ('run_1', 'default', 'worker', 'h', 1, 1)")
+        conn.execute("INSERT INTO sheetq_connectors (queue, name) VALUES ('default', 'crm')")
         conn.execute(f'ALTER DATABASE "{_name(url)}" SET statement_timeout = 1234')
         tables = [
             t

@@ -15,15 +15,57 @@ SELECT set_config('sheetq.offset', (%(at)s::timestamptz - now())::text, true);
 -- lock them (FOR UPDATE SKIP LOCKED: a task locked by another claim is skipped, never
 -- claimed twice), write the lease (now + the longest `lease` + every claimed task's
 -- `timeout`) and their `claimed` log rows. %(types)s, %(leases)s, %(timeouts)s,
--- %(max_ages)s (seconds; NULL: none): the runnable types. A task past its type's max_age
--- is left to `expire`. A task whose idempotency key another task holds in sheetq_keys (a
--- loser `sheetq migrate` brought over) is skipped as a duplicate naming the holder, never
--- claimed. Returns the claimed and skipped rows (unordered: `due_at` gives the order),
--- each with `previous` (its status before), `loser`, `priority` and `now`.
+-- %(max_ages)s (seconds; NULL: none), %(connectors)s: the runnable types and the connector
+-- each calls. A task past its type's max_age is left to `expire`. A task whose idempotency
+-- key another task holds in sheetq_keys (a loser `sheetq migrate` brought over) is skipped
+-- as a duplicate naming the holder, never claimed. Returns the claimed and skipped rows
+-- (unordered: `priority` and `due_at` give the order), each with `previous` (its status
+-- before), `loser`, `priority`, `connector`, `probe` (the one task a half-open breaker lets
+-- through), `failures` (its connector's streak as this claim saw it) and `now`.
 -- docs/design.md §14: highest priority first, then longest due, then task_id.
+--
+-- Connectors (docs/design.md §13; %(con_names)s; %(con_interval)s: seconds between two
+-- starts, the rate limit, NULL: none; %(con_slots)s: concurrency, NULL: none). A connector is
+--   free     no limit and its breaker closed: its tasks are claimed as they always were
+--            (the `levels`/`due` CTEs), at the cost of reading its sheetq_connectors row;
+--   blocked  open, paused, or half-open with its probe out: its tasks are not read at all,
+--            keep their status and attempts, and hold no lease;
+--   waiting  limits, and the snapshot shows no token or no free slot: likewise (so claims
+--            do not queue on its row while it has nothing to give);
+--   gated    a rate limit or a concurrency, or a probe due: its tasks are read in a
+--            lateral of their own per type (`gated_due`, sheetq_tasks_due_by_type), its row
+--            is locked (`locked`: FOR UPDATE SKIP LOCKED, which returns the row's LATEST
+--            version even when another claim committed after this statement's snapshot; a
+--            row another claim holds is skipped for this turn), and only as many are
+--            claimed as its token (one start per interval) and free slots (or its one probe)
+--            allow (`granted`); the rest stay waiting, unleased, untouched. The bucket and
+--            the slots live in that row (`took`), so the row lock is the whole
+--            serialisation across workers.
 WITH RECURSIVE cfg AS (
     SELECT * FROM unnest(%(types)s::text[], %(leases)s::float8[], %(timeouts)s::float8[],
-                         %(max_ages)s::float8[]) AS c(type, lease, timeout, max_age)
+                         %(max_ages)s::float8[], %(connectors)s::text[])
+        AS c(type, lease, timeout, max_age, connector)
+), con AS (
+    -- §13: each connector's mode as this statement's snapshot sees it (primary-key reads)
+    SELECT x.name, x.every, x.slots, coalesce(s.failures, 0) AS failures,
+           CASE
+               WHEN s.state IN ('open', 'paused')
+                    AND (s.until IS NULL OR s.until > sheetq_now()) THEN 'blocked'
+               WHEN s.state = 'half-open' AND s.probe_until > sheetq_now() THEN 'blocked'
+               WHEN s.state IN ('open', 'half-open') THEN 'probe'
+               -- no token or no free slot as the snapshot sees it: not worth the row lock
+               -- (stale only ever toward "try": the locked row decides)
+               WHEN x.every IS NOT NULL AND s.next_at > sheetq_now() THEN 'waiting'
+               WHEN x.slots IS NOT NULL
+                    AND (SELECT count(*) FROM jsonb_each_text(s.slots) AS z(task, until)
+                         WHERE z.until::float8 > extract(epoch FROM sheetq_now())) >= x.slots
+                   THEN 'waiting'
+               WHEN x.every IS NOT NULL OR x.slots IS NOT NULL THEN 'gated'
+               ELSE 'free'
+           END AS mode
+    FROM unnest(%(con_names)s::text[], %(con_interval)s::float8[], %(con_slots)s::integer[])
+        AS x(name, every, slots)
+    LEFT JOIN sheetq_connectors AS s ON s.queue = %(queue)s AND s.name = x.name
 ), levels AS (
     -- §14: the priorities that waiting tasks have, highest first, one probe of
     -- sheetq_tasks_due each (a skip scan): `due` then reads each priority's due tasks up to
@@ -39,15 +81,18 @@ WITH RECURSIVE cfg AS (
             ORDER BY t.priority DESC LIMIT 1)
     FROM levels AS l WHERE l.priority IS NOT NULL
 ), due AS (
+    -- tasks of free connectors (§13): as before connectors existed
     SELECT d.* FROM levels AS l CROSS JOIN LATERAL (
         SELECT t.task_id, t.type, t.status, t.idempotency_key, t.next_retry_at, t.priority,
-               greatest(t.created_at, t.next_retry_at) AS due_at
+               greatest(t.created_at, t.next_retry_at) AS due_at, NULL::text AS connector
         FROM sheetq_tasks AS t
         -- NOT held: §14, a task waiting behind an earlier one of its group (migration 6)
         WHERE t.queue = %(queue)s AND t.status IN ('pending', 'retry') AND NOT t.held
           AND t.priority = l.priority
           AND greatest(t.created_at, t.next_retry_at) <= sheetq_now()
-          AND t.type = ANY(%(types)s::text[])
+          AND t.type = ANY(ARRAY(SELECT c.type FROM cfg AS c
+                                 JOIN con AS n ON n.name = c.connector
+                                 WHERE n.mode = 'free'))
           AND NOT EXISTS (
               SELECT 1 FROM cfg AS c WHERE c.type = t.type AND c.max_age IS NOT NULL
               AND greatest(t.created_at, t.next_retry_at)
@@ -59,19 +104,109 @@ WITH RECURSIVE cfg AS (
     WHERE l.priority IS NOT NULL
     ORDER BY d.priority DESC, d.due_at, d.task_id
     LIMIT %(limit)s
+), gated_due AS (
+    -- §13: tasks of gated connectors, per connector at most what it could grant at all;
+    -- per type of it, a seek on sheetq_tasks_due_by_type (its own waiting tasks in claim
+    -- order, never a walk past other types' waiting tasks)
+    SELECT g.* FROM con AS n CROSS JOIN LATERAL (
+        SELECT d.* FROM cfg AS c CROSS JOIN LATERAL (
+            SELECT t.task_id, t.type, t.status, t.idempotency_key, t.next_retry_at,
+                   t.priority, greatest(t.created_at, t.next_retry_at) AS due_at,
+                   n.name AS connector
+            FROM sheetq_tasks AS t
+            WHERE t.queue = %(queue)s AND t.type = c.type AND t.status IN ('pending', 'retry')
+              AND NOT t.held
+              AND greatest(t.created_at, t.next_retry_at) <= sheetq_now()
+              AND (c.max_age IS NULL OR greatest(t.created_at, t.next_retry_at)
+                   >= sheetq_now() - make_interval(secs => c.max_age))
+            ORDER BY t.priority DESC, greatest(t.created_at, t.next_retry_at), t.task_id
+            LIMIT least(%(limit)s, CASE WHEN n.mode = 'probe' OR n.every IS NOT NULL THEN 1 END,
+                        n.slots)
+            FOR UPDATE OF t SKIP LOCKED
+        ) AS d
+        WHERE c.connector = n.name
+        ORDER BY d.priority DESC, d.due_at, d.task_id
+        LIMIT least(%(limit)s, CASE WHEN n.mode = 'probe' OR n.every IS NOT NULL THEN 1 END,
+                    n.slots)
+    ) AS g
+    WHERE n.mode IN ('gated', 'probe')
+), picked AS MATERIALIZED (
+    SELECT * FROM (SELECT * FROM due UNION ALL SELECT * FROM gated_due) AS u
+    ORDER BY u.priority DESC, u.due_at, u.task_id
+    LIMIT %(limit)s
 ), held AS MATERIALIZED (
     -- the task holding each key: a scalar subquery, so one index lookup per claimed row
     -- whatever the plan (never a join that reads every key of the queue)
     SELECT d.*, (SELECT k.task_id FROM sheetq_keys AS k
                  WHERE k.queue = %(queue)s AND k.idempotency_key = d.idempotency_key) AS holder
-    FROM due AS d
+    FROM picked AS d
+), ranked AS (
+    SELECT h.*, coalesce(h.holder <> h.task_id, false) AS loser,
+           row_number() OVER (PARTITION BY h.connector,
+                              coalesce(h.holder <> h.task_id, false)
+                              ORDER BY h.priority DESC, h.due_at, h.task_id) AS rn
+    FROM held AS h
+), locked AS MATERIALIZED (
+    -- the gated connectors' rows, latest version, locked in name order. SKIP LOCKED: a
+    -- row another claim holds is taking its token now; this claim leaves that connector
+    -- for its next turn instead of queueing behind it (no claim ever waits on another)
+    SELECT s.* FROM sheetq_connectors AS s
+    WHERE s.queue = %(queue)s
+      AND s.name IN (SELECT r.connector FROM ranked AS r WHERE r.connector IS NOT NULL
+                     AND NOT r.loser)
+    ORDER BY s.name
+    FOR UPDATE SKIP LOCKED
+), granted AS MATERIALIZED (
+    -- sheetq.connectors.admits on the locked row: none while open/paused/probing, one
+    -- probe when half-open, else what the token and the free slots allow
+    SELECT l.name, n.every, n.slots,
+           (l.state IN ('open', 'half-open')) AS probing,
+           greatest(0, least(
+               (SELECT count(*) FROM ranked AS r WHERE r.connector = l.name AND NOT r.loser),
+               CASE
+                   WHEN l.state IN ('open', 'paused')
+                        AND (l.until IS NULL OR l.until > sheetq_now()) THEN 0
+                   WHEN l.state IN ('open', 'half-open') THEN
+                       CASE WHEN l.probe_until > sheetq_now() THEN 0 ELSE 1 END
+               END,
+               CASE WHEN n.every IS NULL THEN NULL
+                    WHEN l.next_at > sheetq_now() THEN 0 ELSE 1 END,
+               n.slots - (SELECT count(*) FROM jsonb_each_text(l.slots) AS x(task, until)
+                          WHERE x.until::float8 > extract(epoch FROM sheetq_now()))
+           )) AS n
+    FROM locked AS l JOIN con AS n ON n.name = l.name
 ), keyed AS (
-    SELECT h.*, coalesce(h.holder <> h.task_id, false) AS loser FROM held AS h
+    SELECT r.*, coalesce(g.probing, false) AS probe FROM ranked AS r
+    LEFT JOIN granted AS g ON g.name = r.connector
+    WHERE r.connector IS NULL OR r.loser OR r.rn <= coalesce(g.n, 0)
 ), lease AS (
     SELECT sheetq_now() + make_interval(secs => coalesce(max(c.lease) + sum(c.timeout), 0))
            AS until
     FROM keyed AS k JOIN cfg AS c ON c.type = k.type
     WHERE NOT k.loser
+), took AS (
+    -- the token taken (the next start one interval later), the granted tasks' slots (held
+    -- until their lease ends), the probe of a half-open breaker
+    UPDATE sheetq_connectors AS s SET
+        next_at = CASE WHEN g.every IS NULL THEN s.next_at
+            ELSE sheetq_now() + make_interval(secs => g.every) END,
+        slots = CASE WHEN g.slots IS NULL THEN s.slots ELSE
+            coalesce((SELECT jsonb_object_agg(x.task, x.until)
+                      FROM jsonb_each(s.slots) AS x(task, until)
+                      WHERE x.until::text::float8 > extract(epoch FROM sheetq_now())),
+                     '{}'::jsonb)
+            || coalesce((SELECT jsonb_object_agg(k.task_id,
+                                                 extract(epoch FROM (SELECT until FROM lease)))
+                         FROM keyed AS k WHERE k.connector = g.name AND NOT k.loser),
+                        '{}'::jsonb) END,
+        state = CASE WHEN g.probing THEN 'half-open' ELSE s.state END,
+        probe = CASE WHEN g.probing THEN (SELECT min(k.task_id) FROM keyed AS k
+                                         WHERE k.connector = g.name AND NOT k.loser)
+                     ELSE s.probe END,
+        probe_until = CASE WHEN g.probing THEN (SELECT until FROM lease) ELSE s.probe_until END,
+        updated_at = sheetq_now()
+    FROM granted AS g
+    WHERE s.queue = %(queue)s AND s.name = g.name AND g.n > 0
 ), claimed AS (
     UPDATE sheetq_tasks AS t SET
         status = CASE WHEN k.loser THEN 'skipped' ELSE 'processing' END,
@@ -88,7 +223,7 @@ WITH RECURSIVE cfg AS (
       AND t.task_id = ANY(ARRAY(SELECT task_id FROM keyed))  -- by primary key, whatever the plan
     RETURNING t.task_id, t.type, t.payload_json, t.retry_count, t.idempotency_key, t.owner,
               t.created_at, t.lease_until, t.last_error, k.status AS previous, k.loser,
-              k.due_at, k.priority
+              k.due_at, k.priority, k.connector, k.probe
 ), logged AS (
     INSERT INTO sheetq_log (queue, ts, task_id, type, event, status, retry_count, message,
                             run_id)
@@ -100,7 +235,43 @@ WITH RECURSIVE cfg AS (
            %(run)s
     FROM claimed AS c
 )
-SELECT c.*, sheetq_now() AS now FROM claimed AS c;
+SELECT c.*, coalesce(n.failures, 0) AS failures, sheetq_now() AS now
+FROM claimed AS c LEFT JOIN cfg AS f ON f.type = c.type
+LEFT JOIN con AS n ON n.name = f.connector;
+
+-- name: connectors_ensure
+-- A row for each connector that takes tokens or slots (%(names)s), so a claim has a row to
+-- lock; existing rows are left as they are.
+INSERT INTO sheetq_connectors (queue, name)
+SELECT %(queue)s, x.name FROM unnest(%(names)s::text[]) AS x(name)
+ON CONFLICT DO NOTHING;
+
+-- name: connector_outcomes
+-- Finished and returned tasks' effects on their connectors, in connector-name order (the
+-- same lock order as the claim): sheetq_connector_outcome (migration 0005) per task.
+SELECT sheetq_connector_outcome(%(queue)s, v.name, v.task_id, v.kind, v.threshold,
+                                v.cooldown, v.error, %(run)s)
+FROM unnest(%(names)s::text[], %(ids)s::text[], %(kinds)s::text[], %(thresholds)s::integer[],
+            %(cooldowns)s::float8[], %(errors)s::text[]) WITH ORDINALITY
+    AS v(name, task_id, kind, threshold, cooldown, error, n)
+ORDER BY v.name, v.n;
+
+-- name: connector_next
+-- When the next token of a rate-limited connector (%(con_names)s with %(con_interval)s) that
+-- is closed and has due tasks of its types (%(types)s, %(connectors)s) comes: NULL when none
+-- waits on a token.
+SELECT min(s.next_at) AS next_at, sheetq_now() AS now
+FROM unnest(%(con_names)s::text[], %(con_interval)s::float8[]) AS n(name, every)
+JOIN sheetq_connectors AS s ON s.queue = %(queue)s AND s.name = n.name
+WHERE n.every IS NOT NULL AND s.next_at > sheetq_now()
+  AND (s.state = 'closed' OR (s.state = 'paused' AND s.until <= sheetq_now()))
+  AND EXISTS (
+      SELECT 1 FROM sheetq_tasks AS t
+      WHERE t.queue = %(queue)s AND t.status IN ('pending', 'retry')
+        AND greatest(t.created_at, t.next_retry_at) <= sheetq_now()
+        AND t.type = ANY(ARRAY(SELECT c.type FROM unnest(%(types)s::text[],
+                                                         %(connectors)s::text[])
+                                   AS c(type, connector) WHERE c.connector = n.name)));
 
 -- name: peek
 -- What `claim` would take now (a dry run), in its order: nothing locked, nothing written.
