@@ -35,6 +35,7 @@ from sheetq.connectors import (
     take,
 )
 from sheetq.handlers import groups, run_reconcile, run_task
+from sheetq.handlers.python import Watch, timed_out
 from sheetq.idempotency import parse_payload
 from sheetq.model import ErrorClass, Event, Status, Task
 from sheetq.policy import result_cut
@@ -211,10 +212,19 @@ class Executor:
                 self._last_start[name] = max(start, self.clock.monotonic())
 
     def execute(
-        self, row: Claimed, payload_json: str, config: TypeConfig, *, reconcile: bool
+        self,
+        row: Claimed,
+        payload_json: str,
+        config: TypeConfig,
+        *,
+        reconcile: bool,
+        watch: Watch | None = None,
     ) -> Executed:
         """Run the handler of the task claimed in ``row`` (``reconcile``: ask the type's
         reconcile handler whether a lost attempt happened instead) and decide its outcome.
+        ``watch``: a Python handler runs on this thread, its timeout enforced by the watch's
+        owner, who then finishes the task with ``timed_out`` on another thread (this one
+        raises ``sheetq.handlers.python.Abandoned`` when the handler returns late).
 
         Never raises for handler errors; an unreadable ``payload_json`` fails the task.
         Counts the outcome into the summary, updates the breaker and ``failures``.
@@ -238,9 +248,34 @@ class Executor:
                     outcome = self._reconcile(config, task, payload_json)
                     event = Event.RECOVERED
                 else:
-                    outcome = run_task(config, task, payload_json)
+                    outcome = run_task(config, task, payload_json, watch=watch)
                     if outcome.status is None:
                         outcome = self._on_unknown(config, task, payload_json, outcome)
+        return self._finish(row, config, task, outcome, event, started)
+
+    def timed_out(
+        self, row: Claimed, payload_json: str, config: TypeConfig, *, started: float
+    ) -> Executed:
+        """What ``execute`` (with a ``watch``) would have decided when its Python handler,
+        started at ``started`` (monotonic), was abandoned at its timeout: the timeout
+        outcome, then ``on_unknown``. Runs on the thread that replaces the abandoned one."""
+        task = self._task(row, payload_json)  # parsed once already: it parses again
+        with groups.recording(
+            self._groups, task_id=task.task_id, attempt=task.attempt, run_id=self.run_id
+        ):
+            outcome = self._on_unknown(config, task, payload_json, timed_out(config.policy.timeout))
+        return self._finish(row, config, task, outcome, None, started)
+
+    def _finish(
+        self,
+        row: Claimed,
+        config: TypeConfig,
+        task: Task | None,
+        outcome: Outcome,
+        event: Event | None,
+        started: float,
+    ) -> Executed:
+        """Decide, log and count ``outcome`` of the handler started at ``started``."""
         duration_ms = int((self.clock.monotonic() - started) * 1000)
         decision = self._decide(outcome, row, config, task.payload if task else None)
         then = decision.status.value  # the handler's time, then what follows from it

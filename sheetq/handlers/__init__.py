@@ -11,11 +11,15 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sheetq.config import HandlerSpec, TypeConfig, expand
 from sheetq.errors import ConfigError
 from sheetq.model import ErrorClass, Task
 from sheetq.retry import Outcome
+
+if TYPE_CHECKING:
+    from sheetq.handlers.python import Watch
 
 # sheetq's own secrets never reach a handler's environment (docs/design.md §7: a handler
 # sees no secret it was not given): the bot token and the queue's database URL and
@@ -54,18 +58,24 @@ def _expanded_env(config: TypeConfig) -> dict[str, str]:
     return {k: expand(v, where=f"[types.{config.name}].env.{k}") for k, v in config.env.items()}
 
 
-def run_task(config: TypeConfig, task: Task, payload_json: str) -> Outcome:
-    """Run ``task`` with its type's handler and classify the outcome."""
+def run_task(
+    config: TypeConfig, task: Task, payload_json: str, *, watch: Watch | None = None
+) -> Outcome:
+    """Run ``task`` with its type's handler and classify the outcome. ``watch``: a Python
+    handler runs on this thread, its timeout enforced by the watch's owner
+    (``sheetq.handlers.python``)."""
     spec = config.handler
     if spec is None:
         return Outcome.failed(f"no handler for type {task.type!r}", ErrorClass.CONFIG)
     try:
-        return _dispatch(spec, config, task, payload_json)
+        return _dispatch(spec, config, task, payload_json, watch)
     except ConfigError as exc:
         return Outcome.failed(exc.message, ErrorClass.CONFIG)
 
 
-def _dispatch(spec: HandlerSpec, config: TypeConfig, task: Task, payload_json: str) -> Outcome:
+def _dispatch(
+    spec: HandlerSpec, config: TypeConfig, task: Task, payload_json: str, watch: Watch | None
+) -> Outcome:
     timeout = config.policy.timeout
     where = f"[types.{config.name}]"
     if spec.kind == "command":
@@ -87,7 +97,7 @@ def _dispatch(spec: HandlerSpec, config: TypeConfig, task: Task, payload_json: s
         return post_task(url, spec.method, headers, task, payload_json, timeout=timeout)
     from sheetq.handlers.python import call_function
 
-    return call_function(spec.target, task, timeout=timeout, cwd=config.cwd)
+    return call_function(spec.target, task, timeout=timeout, cwd=config.cwd, watch=watch)
 
 
 def run_reconcile(config: TypeConfig, task: Task, payload_json: str) -> ReconcileAnswer:

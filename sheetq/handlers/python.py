@@ -5,6 +5,13 @@ thread, reused from task to task); Python cannot kill a thread, so a function st
 running at its timeout is abandoned (outcome unknown) and keeps running in the background
 until it returns or the process exits. Handlers should honour their own timeouts.
 
+A caller whose own thread may be abandoned (the PostgreSQL worker's handler threads) passes
+a ``Watch`` instead: the function then runs on the calling thread itself, with no second
+thread to cross, and the watch's owner enforces the timeout: at ``timeout`` seconds it
+gives the task the timeout outcome (``timed_out``) on another thread and leaves this one
+behind; when the function returns late, ``Abandoned`` unwinds this thread and its result
+is ignored.
+
 What a function prints (``print()``, ``sys.stdout.write``) goes to stderr: stdout is
 sheetq's own (``process --json`` prints one JSON document there). ``sys.stdout`` is
 replaced, once, by a stream that sends the writes of handler threads to ``sys.stderr`` and
@@ -20,7 +27,7 @@ import threading
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from sheetq.errors import ConfigError, FailTask, OutcomeUnknown, RetryTask, SkipTask
 from sheetq.handlers import ReconcileAnswer, result_text
@@ -44,6 +51,27 @@ def load(target: str, cwd: Path | None) -> Callable[[Task], Any]:
     if not callable(func):
         raise ConfigError(f"{target!r}: {attr!r} is not a function in {module_name!r}")
     return func  # type: ignore[no-any-return]
+
+
+class Abandoned(BaseException):
+    """Raised in a watched thread whose call returned after its owner had abandoned it at
+    its timeout: the result is ignored and the thread should end without writing."""
+
+
+class Watch(Protocol):
+    """The owner of a thread that may be abandoned: told when a handler call starts on it
+    and when it returns."""
+
+    def start(self, timeout: float) -> None:
+        """The call starts now; abandon this thread if it still runs after ``timeout`` s."""
+
+    def finish(self) -> bool:
+        """The call returned: ``False`` if this thread was abandoned meanwhile."""
+
+
+def timed_out(timeout: float) -> Outcome:
+    """The outcome of a handler still running after ``timeout`` seconds (abandoned)."""
+    return Outcome.unknown(f"still running after {timeout:g}s; abandoned")
 
 
 _handler_threads: set[int] = set()  # idents of the threads that run handler functions
@@ -120,7 +148,31 @@ class _Runner:
 _runners = threading.local()  # each calling thread's _Runner
 
 
-def _call(func: Callable[[Task], Any], task: Task, timeout: float) -> tuple[str, Any]:
+def _call_here(
+    func: Callable[[Task], Any], task: Task, timeout: float, watch: Watch
+) -> tuple[str, Any]:
+    """Call ``func`` on this thread, its timeout enforced by ``watch``'s owner; raises
+    ``Abandoned`` when the call outlived it."""
+    _route_prints()
+    ident = threading.get_ident()
+    _handler_threads.add(ident)  # its prints go to stderr
+    watch.start(timeout)
+    try:
+        kind, value = "value", func(task)
+    except BaseException as exc:
+        kind, value = "error", exc
+    finally:
+        _handler_threads.discard(ident)
+    if not watch.finish():
+        raise Abandoned
+    return kind, value
+
+
+def _call(
+    func: Callable[[Task], Any], task: Task, timeout: float, watch: Watch | None = None
+) -> tuple[str, Any]:
+    if watch is not None:
+        return _call_here(func, task, timeout, watch)
     box: dict[str, Any] = {}
 
     def work() -> None:
@@ -147,12 +199,16 @@ def _last_line(exc: BaseException) -> str:
     return lines[-1].strip() if lines else type(exc).__name__
 
 
-def call_function(target: str, task: Task, *, timeout: float, cwd: Path | None) -> Outcome:
-    """Call the handler and classify: return → done, signals → their outcome, other → transient."""
+def call_function(
+    target: str, task: Task, *, timeout: float, cwd: Path | None, watch: Watch | None = None
+) -> Outcome:
+    """Call the handler and classify: return → done, signals → their outcome, other → transient.
+    With ``watch``: on this thread, the timeout enforced by its owner (``Abandoned`` when the
+    call returns after that)."""
     func = load(target, cwd)
-    kind, value = _call(func, task, timeout)
+    kind, value = _call(func, task, timeout, watch)
     if kind == "timeout":
-        return Outcome.unknown(f"still running after {timeout:g}s; abandoned")
+        return timed_out(timeout)
     if kind == "value":
         return Outcome.done(shorten(result_text(value), MAX_HANDLER_TEXT))
     exc = value

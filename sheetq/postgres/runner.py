@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, TypeVar
 from sheetq.clock import Clock
 from sheetq.config import Settings, TypeConfig
 from sheetq.errors import Interrupted, StoreUnavailable
-from sheetq.execute import Executor
+from sheetq.execute import Executed, Executor
 from sheetq.model import new_run_id
 from sheetq.postgres import alerts as pg_alerts
 from sheetq.postgres import connectors as pg_connectors
@@ -54,6 +54,7 @@ from sheetq.postgres.run import (
 from sheetq.summary import RunOptions, RunSummary
 
 if TYPE_CHECKING:
+    from sheetq.handlers.python import Watch
     from sheetq.port import Notifier
 
 log = logging.getLogger("sheetq.runner")
@@ -175,12 +176,24 @@ class PgTasks:
             reason = "the worker is stopping" if stopping() else ""
         return reason
 
-    def execute(self, claim: PgClaim) -> Settle:
-        """Run the claimed task's handler (or reconcile check) and decide its outcome."""
+    def execute(self, claim: PgClaim, watch: Watch | None = None) -> Settle:
+        """Run the claimed task's handler (or reconcile check) and decide its outcome.
+        ``watch``: a Python handler runs on this thread (``Executor.execute``)."""
         config = self.settings.type_config(claim.type)
         executed = self.executor.execute(
-            claim, claim.payload_json, config, reconcile=claim.reconcile
+            claim, claim.payload_json, config, reconcile=claim.reconcile, watch=watch
         )
+        return self._finished(claim, config, executed)
+
+    def timed_out(self, claim: PgClaim, started: float) -> Settle:
+        """The outcome of ``claim`` whose Python handler, started at ``started`` (the
+        clock's monotonic seconds), was abandoned at its timeout (``Executor.timed_out``)."""
+        config = self.settings.type_config(claim.type)
+        executed = self.executor.timed_out(claim, claim.payload_json, config, started=started)
+        return self._finished(claim, config, executed)
+
+    def _finished(self, claim: PgClaim, config: TypeConfig, executed: Executed) -> Settle:
+        """The write of ``executed`` (its connector's effect with it)."""
         write = finished(
             claim,
             executed.decision,
@@ -199,14 +212,15 @@ class PgTasks:
         lease_until: datetime,
         *,
         stopping: Callable[[], bool] = lambda: False,
+        watch: Watch | None = None,
     ) -> Settle:
         """Run one claimed task, or give it back unstarted (its circuit opened, its lease
         would run out first, or ``stopping()`` says so before the handler starts), and
-        return what to write, unwritten."""
+        return what to write, unwritten. ``watch``: as in ``execute``."""
         reason = self.why_not(claim, lease_until, stopping)
         if reason:
             return self.release(claim, reason)
-        return self.execute(claim)
+        return self.execute(claim, watch)
 
     # --- alerts ------------------------------------------------------------------------
 

@@ -29,12 +29,12 @@ and settle; a task still waiting for its rate-limit slot is released; ``run`` re
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import random
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -42,10 +42,12 @@ from sheetq.clock import Clock, SystemClock
 from sheetq.config import Settings
 from sheetq.errors import SheetqError, StoreUnavailable
 from sheetq.handlers.groups import end_running
+from sheetq.handlers.python import Abandoned
 from sheetq.model import new_run_id
 from sheetq.postgres import presence
 from sheetq.postgres.run import PgClaim, RunDb, Settle, configured
 from sheetq.postgres.runner import PgTasks
+from sheetq.postgres.slots import CallWatch, Slots
 from sheetq.redact import plural
 from sheetq.summary import RunOptions, RunSummary
 from sheetq.times import format_ts
@@ -171,7 +173,9 @@ class PgWorker:
             threads.append(threading.Thread(target=self._mirror, name="sheetq-mirror", daemon=True))
         for thread in threads:
             thread.start()
-        pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="sheetq-handler")
+        pool = Slots(
+            self.concurrency, name="sheetq-handler", started_clock=self.tasks.clock.monotonic
+        )
         next_alert = 0.0
         next_recovery = 0.0
         next_orphans = 0.0  # when to look again for groups a killed run left (real time)
@@ -218,7 +222,7 @@ class PgWorker:
                 self._wake.wait(self._idle_wait(db))
         finally:
             self._stop.set()
-            pool.shutdown(wait=True)  # running handlers finish (each within its timeout)
+            pool.shutdown()  # running handlers finish (each within its timeout)
             self._wake.set()
         if not pending and not self._finished:
             with contextlib.suppress(StoreUnavailable):
@@ -258,7 +262,7 @@ class PgWorker:
         with self._lock:
             return 0 if self.stopping else self.concurrency - self._running
 
-    def _recover(self, db: RunDb, pool: ThreadPoolExecutor) -> None:
+    def _recover(self, db: RunDb, pool: Slots) -> None:
         """Recover expired leases and fail tasks past ``max_age`` (the types this worker is
         configured for); reconcile checks it now holds start at once in free slots."""
         recovery = self.tasks.recover(db, self.options, max(0, self._free()))
@@ -266,14 +270,16 @@ class PgWorker:
             assert recovery.lease_until is not None
             self._hand_out(pool, recovery.reconciles, recovery.lease_until)
 
-    def _hand_out(self, pool: ThreadPoolExecutor, claims: list[PgClaim], until: datetime) -> None:
+    def _hand_out(self, pool: Slots, claims: list[PgClaim], until: datetime) -> None:
         self.summary.batches += 1
         with self._lock:
             self._running += len(claims)
         for claim in claims:
-            pool.submit(self._job, claim, until)
+            pool.submit(
+                functools.partial(self._job, claim, until), functools.partial(self._late, claim)
+            )
 
-    def _turn(self, db: RunDb, pool: ThreadPoolExecutor, pending: list[Settle]) -> bool:
+    def _turn(self, db: RunDb, pool: Slots, pending: list[Settle]) -> bool:
         """One transaction: settle ``pending`` (group commit) and claim up to the free
         slots; then hand the claims to handler threads. Returns whether to claim again at
         once."""
@@ -300,28 +306,44 @@ class PgWorker:
         # due behind them. Otherwise nothing is due until a wake-up or the next poll.
         return len(claimed.claims) == free or bool(claimed.skipped)
 
-    def _job(self, claim: PgClaim, lease_until: datetime) -> None:
-        """A handler thread: run the task; its outcome is written by the main thread."""
-        outcome: Settle | None = None
+    def _job(self, claim: PgClaim, lease_until: datetime, call: CallWatch) -> None:
+        """A handler thread: run the task (a Python handler on this very thread, its
+        timeout kept by ``call``); its outcome is written by the main thread."""
         with self._lock:
             self._active[claim.task_id] = lease_until
+        self._finish(
+            claim,
+            lambda: self.tasks.run_claim(
+                claim, lease_until, stopping=lambda: self.stopping, watch=call
+            ),
+        )
+
+    def _late(self, claim: PgClaim, started: float) -> None:
+        """The thread replacing one whose Python handler outlived its timeout: the task's
+        outcome is the timeout's (then ``on_unknown``); the late result is ignored."""
+        self._finish(claim, lambda: self.tasks.timed_out(claim, started))
+
+    def _finish(self, claim: PgClaim, work: Callable[[], Settle]) -> None:
+        """Run ``work`` and queue its outcome for the next turn; free the slot."""
+        outcome: Settle | None = None
         try:
-            outcome = self.tasks.run_claim(claim, lease_until, stopping=lambda: self.stopping)
+            outcome = work()
+        except Abandoned:
+            raise  # left behind at its timeout: the replacing thread frees the slot
         except Exception as exc:  # the task keeps its lease; the next claimer recovers it
             log.error("%s: %s: %s", claim.task_id, type(exc).__name__, exc)
             self.tasks.note(
                 f"{claim.task_id}: outcome not written ({type(exc).__name__}); "
                 "recovered when its lease ends"
             )
-        finally:
-            with self._lock:
-                self._active.pop(claim.task_id, None)
-                if outcome is not None:
-                    self._finished.append(outcome)
-                self._running -= 1
-                if self._running == 0:
-                    self._idle.set()
-            self._wake.set()
+        with self._lock:
+            self._active.pop(claim.task_id, None)
+            if outcome is not None:
+                self._finished.append(outcome)
+            self._running -= 1
+            if self._running == 0:
+                self._idle.set()
+        self._wake.set()
 
     # --- connections -------------------------------------------------------------------------
 

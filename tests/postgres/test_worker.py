@@ -229,3 +229,65 @@ def test_survives_its_connections_being_terminated(
     assert "reconnected to PostgreSQL" in err
     assert "2 done" in out
     assert [e["event"] for e in book.log(first)][-1] == "done"
+
+
+# A python handler that notes the thread it runs on; a "stuck" task blocks until released.
+STUCK = """
+import os, threading, time
+def run(task):
+    with open(os.environ["STARTS"], "a") as f:
+        f.write(f"{task.task_id} {threading.current_thread().name}\\n")
+    if task.payload.get("stuck"):
+        while os.path.exists(os.environ["BLOCK"]):
+            time.sleep(0.02)
+        with open(os.environ["STARTS"], "a") as f:
+            f.write(f"{task.task_id} returned-late\\n")
+        return "late result"
+    return "ok"
+"""
+
+
+@pytest.mark.slow
+def test_a_handler_past_its_timeout_frees_its_slot_and_its_late_result_is_ignored(
+    pg_url: str,
+    tmp_path: Path,
+    handler_module: Callable[[str, str], Path],
+    sheetq_proc: Callable[..., subprocess.Popen[str]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """--concurrency 1: a Python handler still running at its timeout is the timeout's
+    outcome (unknown, then on_unknown: fail) and its slot runs the next tasks at once while
+    it is still stuck; when it returns, its result is ignored (one outcome row). Each
+    handler runs on the worker's own handler thread: no second thread per call."""
+    starts = handler_module("ws", STUCK)
+    block = tmp_path / "block"
+    block.touch()
+    monkeypatch.setenv("BLOCK", str(block))
+    write_config('[types.job]\npython = "ws:run"\ntimeout = "1s"\n')
+    (stuck,) = _enqueue_many(1, {"stuck": True})
+    quick = _enqueue_many(3, {})
+    proc = sheetq_proc("-v", "worker", "--concurrency", "1")
+    book = PgBook(pg_url)
+    try:
+        _wait_for(lambda: all(book.row_of(t)["status"] == "done" for t in quick))
+        assert block.exists()  # the stuck handler still runs
+        row = book.row_of(stuck)
+        assert row["status"] == "failed" and row["lease_owner"] == ""
+        assert "still running after 1s; abandoned" in book.log(stuck)[-1]["message"]
+        block.unlink()  # it returns now, late
+        _wait_for(lambda: "returned-late" in starts.read_text())
+        (last,) = _enqueue_many(1, {"n": 99})  # the worker runs on
+        _wait_for(lambda: book.row_of(last)["status"] == "done")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    row = book.row_of(stuck)
+    assert row["status"] == "failed" and "late result" not in str(row.get("result", ""))
+    events = [entry["event"] for entry in book.log(stuck)]
+    assert events == ["enqueued", events[1], "failed"], events  # one outcome: the timeout's
+    threads = dict(
+        line.split() for line in starts.read_text().splitlines() if "returned" not in line
+    )
+    assert all(name.startswith("sheetq-handler-") for name in threads.values()), threads
+    assert not any(name.startswith("sheetq-handler-call") for name in threads.values()), threads
