@@ -310,8 +310,10 @@ class Bench:
         """The ceiling: seconds for a bare claim/settle loop with psycopg on one connection
         to run the ``n`` tasks enqueued at ``url``: each transaction settles the last batch
         (``done``, lease cleared) and claims the next ``batch`` due tasks (``FOR UPDATE SKIP
-        LOCKED``, the same due-work index), with a no-op "handler" (the payload parsed) and
-        durable commits; no log rows, no policy, no fencing."""
+        LOCKED``, in the order and within the condition of the due-work index
+        ``sheetq_tasks_due``, so that a claim reads only the rows it takes), with a no-op
+        "handler" (the payload parsed) and durable commits; no log rows, no policy, no
+        fencing."""
         import psycopg
 
         settle = (
@@ -323,9 +325,9 @@ class Bench:
             "UPDATE sheetq_tasks AS t SET status = 'processing', lease_owner = 'raw',"
             " lease_until = now() + interval '10 minutes', updated_at = now()"
             " FROM (SELECT task_id FROM sheetq_tasks WHERE queue = 'Queue'"
-            " AND status IN ('pending', 'retry')"
+            " AND status IN ('pending', 'retry') AND NOT held"
             " AND greatest(created_at, next_retry_at) <= now()"
-            " ORDER BY greatest(created_at, next_retry_at), task_id LIMIT %s"
+            " ORDER BY priority DESC, greatest(created_at, next_retry_at), task_id LIMIT %s"
             " FOR UPDATE SKIP LOCKED) AS d"
             " WHERE t.queue = 'Queue' AND t.task_id = d.task_id"
             " RETURNING t.task_id, t.payload_json"

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import math
 import queue
 import threading
 import time
@@ -25,6 +24,7 @@ from sheetq.handlers.python import Abandoned
 
 log = logging.getLogger("sheetq.worker")
 
+IDLE_WAKE = 1.0  # seconds the watchdog sleeps at most with no call past this horizon
 Run = Callable[["CallWatch"], None]
 Late = Callable[[float], None]
 
@@ -67,7 +67,7 @@ class Slots:
         self._jobs: queue.SimpleQueue[tuple[Run, Late] | None] = queue.SimpleQueue()
         self._cond = threading.Condition()
         self._deadlines: dict[CallWatch, float] = {}
-        self._next = math.inf  # the deadline the watchdog sleeps until
+        self._next = 0.0  # when the watchdog wakes next (time.monotonic())
         self._live: set[threading.Thread] = set()  # serving threads, none left behind
         self._closed = False
         self.abandoned = 0  # threads left behind so far
@@ -153,6 +153,7 @@ class Slots:
                     self._live.discard(call.thread)
                     self.abandoned += 1
                     self._spawn(call)
-                self._next = min(self._deadlines.values(), default=math.inf)
-                wait = None if self._next == math.inf else max(0.0, self._next - now)
-                self._cond.wait(wait)
+                # with no deadline near, wake anyway at IDLE_WAKE: a call registered meanwhile
+                # (with a longer timeout) then needs no notify, so no wake-up per task
+                self._next = min(self._deadlines.values(), default=now + IDLE_WAKE)
+                self._cond.wait(max(0.0, self._next - now))
