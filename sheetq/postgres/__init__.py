@@ -8,7 +8,8 @@
 * ``run`` — the run path of ``process`` and ``worker``: one claim statement, one settle
   statement (each outcome fenced by its lease), recovery and ``max_age`` for the types a
   run is configured for, every time the server's (``runner``: ``process``; ``worker``:
-  ``sheetq worker``);
+  ``sheetq worker``; ``slots``: the worker's handler threads, where a Python handler runs
+  on the slot's own thread and one past its timeout is left behind and replaced);
 * ``session`` — the connection of the commands that manage and read a queue (one
   transaction at a time, the server's clock unless ``SHEETQ_NOW`` pretends);
 * ``manage`` — ``requeue``, ``skip``, ``archive`` as one set-based statement each;

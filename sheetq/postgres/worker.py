@@ -1,9 +1,11 @@
 """``sheetq worker`` (docs/design.md §11): a long-running process over a PostgreSQL queue.
 
-Up to ``concurrency`` handlers run at once, each in its own thread; handler threads never
-touch the database. The main thread owns one connection and, in ONE transaction per turn
-(``sheetq.postgres.run.RunDb.settle_and_claim``: the settle statement and the claim
-statement), settles every outcome that finished since the last turn (each fenced by its
+Up to ``concurrency`` handlers run at once, each in its own thread
+(``sheetq.postgres.slots``: a Python handler runs on that thread itself; one still running
+at its timeout is left behind, and a new thread writes the timeout's outcome and takes its
+slot); handler threads never touch the database. The main thread owns one connection and,
+in ONE transaction per turn (``sheetq.postgres.run.RunDb.settle_and_claim``: the settle
+statement and the claim statement), settles every outcome that finished since the last turn (each fenced by its
 lease, with its log row: group commit; a turn waits up to ``LINGER`` for handlers still
 running, so one commit carries them too) and claims as many tasks as there are free handler
 slots; then it hands the claims to the freed threads. Every ``poll`` seconds it first
