@@ -19,13 +19,15 @@ functions to the ``Connectors`` worksheet's row.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Any
 
 from sheetq.model import ErrorClass
 from sheetq.retry import Decision
+from sheetq.times import format_ts
 
 DEFAULT_COOLDOWN = 300.0  # seconds an open breaker waits before its probe (5m)
 DEFAULT_ESCALATE = 900.0  # seconds open before the second alert (15m)
@@ -212,7 +214,12 @@ def _open(b: Breaker, now: datetime, cooldown: float | None, why: str) -> Breake
         state=State.OPEN,
         until=until,
         reason=why,
-        opened_at=b.opened_at if b.state is State.OPEN else now,
+        # a failed probe re-opens: still the same opening (its escalate_after runs on)
+        opened_at=(
+            b.opened_at
+            if b.state in (State.OPEN, State.HALF_OPEN) and b.opened_at is not None
+            else now
+        ),
     )
 
 
@@ -253,3 +260,50 @@ def kind_of(decision: Decision) -> Kind:
     if decision.counts_for_breaker or decision.error_class is ErrorClass.UNKNOWN:
         return Kind.FAIL
     return Kind.OK
+
+
+def owed(b: Breaker, told: str, now: datetime, escalate_after: float) -> str:
+    """The alert a connector owes (docs/design.md §13), ``""`` for none, given what Telegram
+    was last told (``told``: ``""``, ``opened``, ``escalated`` or ``closed``): ``opened``
+    when it is open (or half-open) and that was not said; ``escalated`` when it has been open
+    for ``escalate_after`` seconds (since ``opened_at``) and that was not said (an opening
+    not yet announced then is announced that way, once); ``closed`` when it is closed again
+    after its opening was announced. A pause owes nothing (a person's own doing)."""
+    if b.state in (State.OPEN, State.HALF_OPEN):
+        since = b.opened_at
+        if told != "escalated" and since and since + timedelta(seconds=escalate_after) <= now:
+            return "escalated"
+        return "" if told in ("opened", "escalated") else "opened"
+    if b.state is State.CLOSED and told in ("opened", "escalated"):
+        return "closed"
+    return ""
+
+
+def alert_text(alert: Mapping[str, Any], where: str) -> str:
+    """One connector alert's plain text from ``alert`` (``name``, ``kind`` — ``opened``,
+    ``escalated`` or ``closed`` —, ``until``, ``opened_at``, ``reason``, ``last_error``,
+    ``waiting``): what happened, since when, why, the last error and how many tasks wait
+    (docs/design.md §13)."""
+    name = str(alert["name"])
+    kind = str(alert["kind"])
+    until = alert["until"]
+    if kind == "closed":
+        head = f"connector {name} closed again: tasks are starting"
+    else:
+        since = alert["opened_at"]
+        opened = f" since {format_ts(since)}" if since else ""
+        verb = "still open" if kind == "escalated" else "opened"
+        head = f"connector {name} {verb}{opened}"
+        head += (
+            f"; it tries one task at {format_ts(until)}"
+            if until
+            else "; it stays open until a person runs `sheetq connector resume " + name + "`"
+        )
+    lines = [f"sheetq {where}: {head}"]
+    if kind != "closed":
+        if alert["reason"]:
+            lines.append(f"why: {alert['reason']}")
+        if alert["last_error"] and alert["last_error"] not in str(alert["reason"]):
+            lines.append(f"last error: {alert['last_error']}")
+        lines.append(f"{int(alert['waiting'])} task(s) wait for it")
+    return "\n".join(lines)

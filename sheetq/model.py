@@ -97,7 +97,9 @@ QUEUE_COLUMNS: tuple[str, ...] = (
     "group",
 )
 # The Connectors worksheet (docs/design.md §13): one row per connector. `next_start` (the
-# rate limit's next start, so a run a second later does not start afresh) is sheetq's own.
+# rate limit's next start, so a run a second later does not start afresh), `opened_at` (when
+# the breaker opened, for the `escalate_after` alert) and `alerted` (what Telegram was last
+# told: opened, escalated, closed; an alert is owed until it says so) are sheetq's own.
 CONNECTORS_SHEET = "Connectors"
 CONNECTOR_COLUMNS: tuple[str, ...] = (
     "name",
@@ -108,6 +110,8 @@ CONNECTOR_COLUMNS: tuple[str, ...] = (
     "running",
     "updated_at",
     "next_start",
+    "opened_at",
+    "alerted",
 )
 LOG_COLUMNS: tuple[str, ...] = (
     "ts",

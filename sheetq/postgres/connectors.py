@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sheetq.config import ConnectorConfig, Settings
-from sheetq.connectors import Breaker, State, effective
+from sheetq.connectors import Breaker, State, alert_text, effective
 from sheetq.model import new_run_id
 from sheetq.port import ConnectorView
 from sheetq.postgres.manage import stamp
@@ -175,34 +175,6 @@ def give_back(db: Transactions, alerts: Sequence[Mapping[str, Any]]) -> None:
                 QUERIES["connector_alerts_back"],
                 {"queue": db.queue, "name": alert["name"], "kind": alert["kind"]},
             )
-
-
-def alert_text(alert: Mapping[str, Any], where: str) -> str:
-    """One connector alert's plain text: what happened, since when, why, the last error and
-    how many tasks wait (docs/design.md §13)."""
-    name = str(alert["name"])
-    kind = str(alert["kind"])
-    until = alert["until"]
-    if kind == "closed":
-        head = f"connector {name} closed again: tasks are starting"
-    else:
-        since = alert["opened_at"]
-        opened = f" since {format_ts(since)}" if since else ""
-        verb = "still open" if kind == "escalated" else "opened"
-        head = f"connector {name} {verb}{opened}"
-        head += (
-            f"; it tries one task at {format_ts(until)}"
-            if until
-            else "; it stays open until a person runs `sheetq connector resume " + name + "`"
-        )
-    lines = [f"sheetq {where}: {head}"]
-    if kind != "closed":
-        if alert["reason"]:
-            lines.append(f"why: {alert['reason']}")
-        if alert["last_error"] and alert["last_error"] not in str(alert["reason"]):
-            lines.append(f"last error: {alert['last_error']}")
-        lines.append(f"{int(alert['waiting'])} task(s) wait for it")
-    return "\n".join(lines)
 
 
 def send_owed(

@@ -38,6 +38,7 @@ class Seen:
     breaker: Breaker
     written: Breaker  # what the cells said in sheetq's terms (to know whether to write)
     edit: Change | None = None
+    alerted: str = ""  # what Telegram was last told of it (``sheetq.connectors.owed``)
 
 
 def _time(value: object, tz: tzinfo, locale: str) -> datetime | None:
@@ -70,9 +71,11 @@ def parse(rows: Sequence[Row], now: datetime, tz: tzinfo, locale: str) -> dict[s
             failures=_int(row.values.get("failures")),
             next_at=_time(row.values.get("next_start"), tz, locale),
         )
-        if ours is State.OPEN:
-            breaker = replace(breaker, opened_at=_time(row.values.get("updated_at"), tz, locale))
-        seen = Seen(row.number, breaker, breaker)
+        if ours in (State.OPEN, State.HALF_OPEN):  # a row from before `opened_at`: updated_at
+            opened = row.values.get("opened_at") or row.values.get("updated_at")
+            breaker = replace(breaker, opened_at=_time(opened, tz, locale))
+        told = row.text("alerted").strip().lower()
+        seen = Seen(row.number, breaker, breaker, alerted=told)
         if typed != ours.value:
             if typed == State.PAUSED:
                 seen.breaker, seen.edit = pause(breaker, now, None, "typed in the Connectors sheet")
@@ -82,10 +85,11 @@ def parse(rows: Sequence[Row], now: datetime, tz: tzinfo, locale: str) -> dict[s
     return found
 
 
-def values(breaker: Breaker, now: datetime) -> dict[str, CellValue]:
+def values(breaker: Breaker, now: datetime, alerted: str = "") -> dict[str, CellValue]:
     """A connector's cells in sheetq's words (``running`` 0: on a sheet nothing runs
-    between runs)."""
+    between runs); ``alerted``: what Telegram was last told of it."""
     state = breaker.state
+    opened = breaker.opened_at if state in (State.OPEN, State.HALF_OPEN) else None
     return {
         "state": state.value,
         "until": format_ts(breaker.until) if breaker.until and state is not State.CLOSED else "",
@@ -94,6 +98,8 @@ def values(breaker: Breaker, now: datetime) -> dict[str, CellValue]:
         "running": 0,
         "updated_at": format_ts(now),
         "next_start": format_ts(breaker.next_at) if breaker.next_at else "",
+        "opened_at": format_ts(opened) if opened else "",
+        "alerted": alerted,
     }
 
 
@@ -109,16 +115,19 @@ def view_values(view: ConnectorView) -> dict[str, CellValue]:
         "running": view.running,
         "updated_at": format_ts(view.updated_at) if view.updated_at else "",
         "next_start": "",
+        "opened_at": "",
+        "alerted": "",
     }
 
 
 def _same(a: Breaker, b: Breaker) -> bool:
-    return (a.state, a.until, a.reason, a.failures, a.next_at) == (
+    return (a.state, a.until, a.reason, a.failures, a.next_at, a.opened_at) == (
         b.state,
         b.until,
         b.reason,
         b.failures,
         b.next_at,
+        b.opened_at,
     )
 
 
@@ -130,9 +139,13 @@ def writes(
     *,
     now: datetime,
     run_id: str,
+    alerted: Mapping[str, str] | None = None,
 ) -> ChangeSet:
     """The Connectors rows that changed (re-located by ``name``), rows for configured
-    connectors the worksheet lacks, and one QueueLog row per change (persons' edits first)."""
+    connectors the worksheet lacks, and one QueueLog row per change (persons' edits first).
+    ``alerted``: what Telegram has now been told of a connector, where this run told it
+    something (else its row keeps what it said)."""
+    told = dict(alerted or {})
     out = ChangeSet()
     log = settings.log_sheet
     for name, item in seen.items():
@@ -145,12 +158,12 @@ def writes(
         out.appends.append(AppendRow(log, _log(now, name, change, state, run_id)))
     for name, breaker in final.items():
         found = seen.get(name)
+        said = told.get(name, found.alerted if found else "")
+        cells = values(breaker, now, said)
         if found is None:
-            out.appends.append(AppendRow(CONNECTORS_SHEET, {"name": name, **values(breaker, now)}))
-        elif found.edit is not None or not _same(breaker, found.written):
-            out.updates.append(
-                UpdateRow(CONNECTORS_SHEET, name, found.row, values(breaker, now), "name")
-            )
+            out.appends.append(AppendRow(CONNECTORS_SHEET, {"name": name, **cells}))
+        elif found.edit is not None or not _same(breaker, found.written) or said != found.alerted:
+            out.updates.append(UpdateRow(CONNECTORS_SHEET, name, found.row, cells, "name"))
     return out
 
 

@@ -24,7 +24,8 @@ from typing import Any
 
 from sheetq.clock import Clock
 from sheetq.config import Settings, TypeConfig
-from sheetq.connectors import Breaker
+from sheetq.connectors import DEFAULT_ESCALATE, Breaker, alert_text
+from sheetq.connectors import owed as owed_alert
 from sheetq.errors import Interrupted, LeaseConflict, StoreError
 from sheetq.execute import Executor
 from sheetq.model import CONNECTOR_COLUMNS, Status, new_run_id
@@ -175,6 +176,7 @@ class Runner:
         self._journal = Journal(journal_path(lock_path(settings)), sync=store.survives_power_loss)
         # the Connectors worksheet as this run first read it (None: none, or not read yet)
         self._connectors: dict[str, Seen] | None = None
+        self._told: dict[str, str] = {}  # connector → what this run's alerts told Telegram
 
     # --- the run ---------------------------------------------------------------
 
@@ -269,9 +271,10 @@ class Runner:
                     break
             else:
                 stalls = 0
+        # the connectors' owed alerts go first: what they told rides in the last write
+        self._connector_alerts(last_rows)
         self._flush(fresh_scan=fresh_scan)
         self._alerts(last_rows)
-        self._connector_alerts(last_rows)
 
     def _apply_journal(self, options: RunOptions) -> bool:
         """Apply what this host's journal knows of a run that was killed (docs/design.md §5 "A kill
@@ -388,6 +391,7 @@ class Runner:
             list(self.executor.changes),
             now=self.clock.now(),
             run_id=self.run_id,
+            alerted=self._told,
         )
 
     def _dry_run(self, plan: BatchPlan) -> None:
@@ -714,28 +718,50 @@ class Runner:
         return items
 
     def _connector_alerts(self, rows: Sequence[QueueRow]) -> None:
-        """One message per connector this run opened or closed (docs/design.md §13), after
-        its state is written; never one per task."""
+        """The connectors' owed alerts (docs/design.md §13), one message each: opened, still
+        open after ``escalate_after``, closed again; never one per task. Owed until sent
+        (``sheetq.connectors.owed``, from the state and the row's ``alerted``): a send that
+        fails is tried again by the next run. Sent just before the run's last write, which
+        records what was told in the ``alerted`` cells (no request of its own)."""
         text = getattr(self.notifier, "text", None)
-        if text is None or self._connectors is None:
+        if self._connectors is None:
             return
-        sent = 0
-        for name, change in self.executor.changes:
-            if change.event not in ("breaker_opened", "breaker_closed"):
+        now = self.clock.now()
+        sent = failed = 0
+        for name in sorted(self.executor.shared):
+            breaker = self.executor.shared[name]
+            config = self.settings.connectors.get(name)
+            seen = self._connectors.get(name)
+            kind = owed_alert(
+                breaker,
+                seen.alerted if seen else "",
+                now,
+                config.escalate_after if config else DEFAULT_ESCALATE,
+            )
+            if not kind or text is None:
                 continue
-            verb = "opened" if change.event == "breaker_opened" else "closed again"
             types = self._types_of(name)
             waiting = sum(
-                1
-                for r in rows
-                if r.status in (Status.PENDING, Status.RETRY, Status.PROCESSING) and r.type in types
+                1 for r in rows if r.status in (Status.PENDING, Status.RETRY) and r.type in types
             )
-            message = f"sheetq {self.info.title}: connector {name} {verb}: {change.message}"
-            if change.event == "breaker_opened":
-                message += f"\n{waiting} task(s) wait for it"
-            sent += bool(text(message))
+            alert = {
+                "name": name,
+                "kind": kind,
+                "until": breaker.until,
+                "opened_at": breaker.opened_at,
+                "reason": breaker.reason,
+                "last_error": "",
+                "waiting": waiting,
+            }
+            if text(alert_text(alert, self.info.title)):
+                self._told[name] = kind
+                sent += 1
+            else:
+                failed += 1
         if sent:
             self._note(f"{sent} connector alert(s) sent")
+        if failed:
+            self._note(f"{failed} connector alert(s) not sent; they stay owed")
 
     def _types_of(self, name: str) -> tuple[str, ...]:
         found = self.settings.connectors.get(name)

@@ -1,0 +1,110 @@
+"""A connector's Telegram alerts through `sheetq process` (docs/design.md §13): one message
+when it opens, one when it has been open for `escalate_after`, one when it closes; each
+owed until Telegram took it, so a run after an outage sends it once. On every backend."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from tests.cli_helpers import enqueue_task, set_now
+from tests.conftest import Book, handler_script, run_cli, write_config
+from tests.fakes.telegram_fake import FakeBotAPI, bot_for_sheetq
+from tests.sheet_only import on_postgres
+
+ON_POSTGRES = True  # the behavioural suite: also runs on PostgreSQL
+
+NOW = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+EXITS = "import os, sys\nsys.stdin.read()\nsys.exit(int(os.environ.get('EXIT', '0')))\n"
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeBotAPI]:
+    with bot_for_sheetq(monkeypatch, timeout="0.5") as server:
+        yield server
+
+
+def _setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """crm opens on one transient failure, tries a probe after 1h, escalates after 15m
+    (the default); three lead tasks wait for it."""
+    handler = handler_script(tmp_path, "h", EXITS)
+    write_config(
+        '[connectors.crm]\nbreaker_threshold = 1\nbreaker_cooldown = "1h"\n'
+        f'[types.lead]\ncommand = {handler}\nconnector = "crm"\nbackoff = ["1m"]\njitter = 0\n'
+    )
+    assert run_cli(["init", "--no-format"]).code == 0
+    set_now(monkeypatch, NOW)
+    for i in range(3):
+        enqueue_task({"n": i}, "lead")
+
+
+def _run(monkeypatch: pytest.MonkeyPatch, hour: int, minute: int) -> None:
+    set_now(monkeypatch, datetime(2026, 1, 5, hour, minute, tzinfo=UTC))
+    r = run_cli(["process", "--until-empty", "--json"])
+    assert r.code == 0, r.stderr
+
+
+def _texts(fake: FakeBotAPI) -> list[str]:
+    return [str(m["plain_text"]) for m in fake.messages]
+
+
+def _alerted(book: Book) -> str:
+    if on_postgres(book):
+        return ""
+    (row,) = [r for r in book.records("Connectors") if r["name"] == "crm"]
+    return str(row["alerted"])
+
+
+def test_open_escalated_closed_one_message_each(
+    book: Book, fake: FakeBotAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Opened at 9:00 (one message), still open at 9:10 (none), at 9:16 one "still open
+    since 9:00" message, at 9:30 none; the probe at 10:01 succeeds: one "closed again"."""
+    _setup(tmp_path, monkeypatch)
+    monkeypatch.setenv("EXIT", "75")
+    _run(monkeypatch, 9, 0)
+    assert len(_texts(fake)) == 1 and "connector crm opened" in _texts(fake)[0]
+    assert "task(s) wait for it" in _texts(fake)[0]
+    _run(monkeypatch, 9, 10)
+    assert len(_texts(fake)) == 1
+    _run(monkeypatch, 9, 16)
+    assert len(_texts(fake)) == 2
+    assert "connector crm still open since 2026-01-05T09:00:00Z" in _texts(fake)[1]
+    assert _alerted(book) in ("", "escalated")
+    _run(monkeypatch, 9, 30)
+    assert len(_texts(fake)) == 2
+    monkeypatch.setenv("EXIT", "0")
+    _run(monkeypatch, 10, 1)
+    assert len(_texts(fake)) == 3 and "connector crm closed again" in _texts(fake)[2]
+    _run(monkeypatch, 10, 5)
+    assert len(_texts(fake)) == 3
+
+
+def test_alerts_telegram_missed_are_sent_by_the_next_run(
+    book: Book, fake: FakeBotAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Telegram down when crm opens: no message, owed; the next run sends it once. Down
+    again when it closes: the run after sends "closed again" once."""
+    _setup(tmp_path, monkeypatch)
+    monkeypatch.setenv("EXIT", "75")
+    fake.down()
+    _run(monkeypatch, 9, 0)
+    fake.up()
+    assert _texts(fake) == [] and _alerted(book) == ""
+    _run(monkeypatch, 9, 5)
+    assert len(_texts(fake)) == 1 and "connector crm opened" in _texts(fake)[0]
+    assert _alerted(book) in ("", "opened")
+    _run(monkeypatch, 9, 6)
+    assert len(_texts(fake)) == 1
+    monkeypatch.setenv("EXIT", "0")
+    fake.down()
+    _run(monkeypatch, 10, 1)
+    fake.up()
+    assert len(_texts(fake)) == 1
+    _run(monkeypatch, 10, 2)
+    assert len(_texts(fake)) == 2 and "connector crm closed again" in _texts(fake)[1]
+    _run(monkeypatch, 10, 3)
+    assert len(_texts(fake)) == 2
