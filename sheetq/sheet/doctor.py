@@ -8,7 +8,8 @@ columns, takes a write, and who holds the run lease.
   lease, the spreadsheet's time zone.
 
 Cost on Google: 2 Sheets API requests (4 before ``sheetq init``: opening retries without
-the missing worksheets).
+the missing worksheets), and one more to read the ``Connectors`` rows when the
+configuration has a ``[connectors.NAME]`` table.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ from pathlib import Path
 
 from sheetq.checks import Check, fine, problem
 from sheetq.config import Settings
+from sheetq.connectors import State
 from sheetq.errors import ConfigError, LeaseConflict, SchemaError, SheetqError
-from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS
+from sheetq.model import CONNECTOR_COLUMNS, CONNECTORS_SHEET, LOG_COLUMNS, QUEUE_COLUMNS
 from sheetq.sheet import LOCAL_PREFIX, is_local
-from sheetq.sheet.store import ChangeSet, LeaseChange, Store, WorkbookInfo
+from sheetq.sheet.store import ChangeSet, LeaseChange, Read, Store, WorkbookInfo
 from sheetq.sheet.workbook_file import refusal
 
 PROBE_RANGE = "sheetq_doctor_probe"  # the named range the write probe adds and removes
@@ -50,14 +52,17 @@ def check_sheet(settings: Settings) -> list[Check]:
 def check_headers(info: WorkbookInfo, settings: Settings) -> list[Check]:
     """Queue, QueueLog and QueueArchive exist with every column sheetq needs, none twice;
     QueueLogArchive too once `archive --log-older-than` has made it (until then it is not
-    needed)."""
+    needed); Connectors when the configuration has a ``[connectors.NAME]`` table."""
     checks: list[Check] = []
-    for title, columns in (
+    wanted = [
         (settings.queue_sheet, QUEUE_COLUMNS),
         (settings.log_sheet, LOG_COLUMNS),
         (settings.archive_sheet, QUEUE_COLUMNS),
         (settings.log_archive_sheet, LOG_COLUMNS),
-    ):
+    ]
+    if settings.connectors_sheet:
+        wanted.append((CONNECTORS_SHEET, CONNECTOR_COLUMNS))
+    for title, columns in wanted:
         what, sheet = f"worksheet {title}", info.sheets.get(title)
         if sheet is None and title == settings.log_archive_sheet:
             detail = f"'{title}' not made yet: `archive --log-older-than` makes it"
@@ -80,6 +85,38 @@ def check_headers(info: WorkbookInfo, settings: Settings) -> list[Check]:
         own = len(set(found) - set(columns))
         extra = f", plus {own} column(s) of your own" if own else ""
         checks.append(fine(what, f"'{title}' has all {len(columns)} columns{extra}"))
+    return checks
+
+
+def check_connector_states(store: Store, info: WorkbookInfo, settings: Settings) -> list[Check]:
+    """Each ``state`` typed in the Connectors worksheet is one sheetq knows (a person may
+    type ``closed`` or ``paused``; anything else is not honoured and is put back by the
+    next run). One read, only when the configuration has a ``[connectors.NAME]`` table and
+    the worksheet has its ``name`` and ``state`` columns."""
+    sheet = info.sheets.get(CONNECTORS_SHEET)
+    if not settings.connectors_sheet or sheet is None or sheet.missing(("name", "state")):
+        return []
+    what = "connector states"
+    try:
+        (snap,) = store.read([Read(CONNECTORS_SHEET, ("name", "state"))])
+    except SheetqError as exc:
+        return [problem(what, f"'{CONNECTORS_SHEET}' not read: {exc.message}")]
+    known = [s.value for s in State]
+    checks: list[Check] = []
+    count = 0
+    for row in snap.rows:
+        name = row.text("name").strip()
+        typed = row.text("state").strip()
+        if not name and not typed:
+            continue
+        count += 1
+        if typed.lower() not in known:
+            where = f"'{CONNECTORS_SHEET}' row {row.number} ({name or 'no name'})"
+            detail = f"{where}: state {typed!r} is not one sheetq knows ({', '.join(known)})"
+            fix = "type `closed` (resume) or `paused` (pause until resumed) into the cell"
+            checks.append(problem(what, detail, fix))
+    if not checks:
+        checks.append(fine(what, f"{count} connector row(s), every state one sheetq knows"))
     return checks
 
 
@@ -149,6 +186,7 @@ def _workbook_checks(
     """Headers, write access, lease and time zone of an opened workbook (``local``: a
     SQLite workbook, not a Google spreadsheet)."""
     checks = check_headers(info, settings)
+    checks += check_connector_states(store, info, settings)
     checks.append(check_write(store, who, local=local))
     checks.append(check_lease(info, settings))
     checks.append(check_time_zone(info))
