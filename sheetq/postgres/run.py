@@ -35,7 +35,7 @@ from psycopg.rows import dict_row
 
 from sheetq.clock import Clock, SystemClock
 from sheetq.config import Settings, TypeConfig
-from sheetq.connectors import Kind, kind_of
+from sheetq.connectors import Breaker, Kind, Limits, State, admits, effective, kind_of
 from sheetq.errors import SchemaError
 from sheetq.model import MAX_ERROR_CHARS, MAX_RESULT_CHARS, Event, Status
 from sheetq.policy import due_since, expiry, outcome_message, recover
@@ -44,6 +44,7 @@ from sheetq.postgres.connection import connect, explain
 from sheetq.postgres.queries import QUERIES
 from sheetq.redact import printable, shorten
 from sheetq.retry import Decision
+from sheetq.times import format_ts
 
 # Session settings of a connection that claims in a loop. Generic plans: each statement is
 # planned once per connection, not once per turn (planning the claim costs more than running
@@ -437,6 +438,44 @@ class RunDb:
             ).fetchall()
         return [_claim(r) for r in records]
 
+    def connector_gates(self, types: Sequence[TypeConfig], limit: int) -> dict[str, Gate]:
+        """The connectors of ``types`` whose claim would now take fewer than ``limit`` of
+        their due tasks (``--dry-run``, docs/design.md §13), by name: how many it would
+        take, why the rest wait, and its due tasks. The claim's own rules
+        (``sheetq.connectors.admits``) on the rows as they are; nothing locked or written."""
+        configs = {}
+        for c in types:
+            found = self.settings.connector_of(c.name)
+            configs[found.name] = found
+        if not configs:
+            return {}
+        with self.transaction() as conn:
+            clock = conn.execute(QUERIES["server_now"]).fetchone()
+            assert clock is not None
+            now: datetime = clock["now"]
+            rows = {
+                str(r["name"]): r
+                for r in conn.execute(QUERIES["connector_rows"], {"queue": self.queue})
+            }
+            counts = {
+                str(r["type"]): int(r["waiting"])
+                for r in conn.execute(
+                    QUERIES["connector_counts"],
+                    {"queue": self.queue, "types": [c.name for c in types], "now": now},
+                )
+            }
+        gates = {}
+        for name, config in configs.items():
+            row = rows.get(name)
+            breaker = _breaker(row) if row is not None else Breaker()
+            limits = Limits(interval=config.interval, concurrency=config.concurrency)
+            allowed = admits(breaker, now, limits, limit)
+            if allowed >= limit:
+                continue
+            due = sum(counts.get(t, 0) for t in (config.types or (name,)))
+            gates[name] = Gate(allowed, _why_waiting(breaker, now, limits, config.concurrency), due)
+        return gates
+
     # --- settling --------------------------------------------------------------------
 
     def settle(
@@ -645,6 +684,53 @@ def _settle_params(queue: str, run_id: str, outcomes: Sequence[Settle]) -> dict[
         "messages": [o.message for o in outcomes],
         "durations": [o.duration_ms for o in outcomes],
     }
+
+
+@dataclass(frozen=True)
+class Gate:
+    """A connector that would hold tasks back in a dry run: how many of its due tasks the
+    claim would take now (``allowed``), why the others wait, and how many are due."""
+
+    allowed: int
+    why: str
+    due: int
+
+
+def _breaker(row: Mapping[str, Any]) -> Breaker:
+    """A ``sheetq_connectors`` row as ``sheetq.connectors`` reads it (slots: task id →
+    lease end, stored as epoch seconds)."""
+    slots = {
+        str(k): datetime.fromtimestamp(float(v), UTC) for k, v in dict(row["slots"] or {}).items()
+    }
+    return Breaker(
+        state=State(str(row["state"])),
+        until=row["until"],
+        reason=str(row["reason"]),
+        failures=int(row["failures"]),
+        probe=str(row["probe"]),
+        probe_until=row["probe_until"],
+        opened_at=row["opened_at"],
+        slots=slots,
+        next_at=row["next_at"],
+    )
+
+
+def _why_waiting(b: Breaker, now: datetime, limits: Limits, concurrency: int | None) -> str:
+    """Why a connector's due tasks wait, in a person's words."""
+    state = effective(b, now)
+    if state in (State.OPEN, State.PAUSED):
+        until = f" until {format_ts(b.until)}" if b.until else " until resumed"
+        return f"{state}{until}" + (f": {b.reason}" if b.reason else "")
+    if state is State.HALF_OPEN:
+        if b.probe and b.probe_until is not None and b.probe_until > now:
+            return f"half-open: its one probe ({b.probe}) is running"
+        return "half-open: one probe at a time"
+    free = sum(1 for until in b.slots.values() if until > now)
+    if concurrency is not None and free >= concurrency:
+        return f"all {concurrency} slot(s) taken"
+    if b.next_at is not None and b.next_at > now:
+        return f"its rate limit's next start is at {format_ts(b.next_at)}"
+    return f"its rate limit starts one task every {limits.interval:g}s"
 
 
 def _claim(record: Mapping[str, Any], previous: Status | None = None) -> PgClaim:

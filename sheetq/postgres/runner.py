@@ -457,7 +457,39 @@ class PgRunner:
             self.summary.interrupted = claim.task_id
 
     def _dry_run(self, options: RunOptions) -> None:
-        for claim in self.db.peek(options.batch_size, self.tasks.runnable(options)):
+        """What a claim would take now, by its rules: a connector that is open, paused,
+        half-open with its probe out, without a token or a free slot holds its tasks back
+        (docs/design.md §13), and a note says which wait and why."""
+        runnable = self.tasks.runnable(options)
+        limit = options.batch_size
+        gates = self.db.connector_gates(runnable, limit)
+        # read past the tasks a connector holds back, so the batch is the claim's
+        extra = sum(g.due for g in gates.values())
+        taken: dict[str, int] = {}
+        held: dict[str, list[str]] = {}
+        claims: list[PgClaim] = []
+        for claim in self.db.peek(limit + extra, runnable):
+            if len(claims) >= limit:
+                break
+            name = self.settings.connector_of(claim.type).name
+            gate = gates.get(name)
+            if gate is not None:
+                if taken.get(name, 0) >= gate.allowed:
+                    held.setdefault(name, []).append(claim.task_id)
+                    continue
+                taken[name] = taken.get(name, 0) + 1
+            claims.append(claim)
+        for name, gate in sorted(gates.items()):
+            waiting = gate.due - taken.get(name, 0)
+            if waiting <= 0:
+                continue
+            ids = held.get(name, [])
+            shown = ", ".join(ids[:5]) + (", …" if len(ids) > 5 else "")
+            self.tasks.note(
+                f"{waiting} due task(s) would wait for connector {name!r} ({gate.why})"
+                + (f": {shown}" if shown else "")
+            )
+        for claim in claims:
             self.summary.would_claim.append(
                 {
                     "task_id": claim.task_id,
