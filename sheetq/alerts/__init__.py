@@ -120,17 +120,23 @@ class _Notifier:
     def text(self, message: str) -> bool:
         """Send ``message`` (plain text, escaped for HTML); whether Telegram took it. Never
         raises."""
-        from sheetq.alerts.telegram import send_message
+        return send_text(self._settings, message)
 
-        tg = self._settings.telegram
-        plain = clean(message, tg, limit=3500)
-        try:
-            delivery = send_message(tg, html.escape(plain), plain)
-        except Exception:  # an alert must never break the run; it stays owed
-            return False
-        for note in delivery.notes:
-            log.info("%s", note)
-        return delivery.sent
+
+def send_text(settings: Settings, message: str) -> bool:
+    """Send one plain message (escaped for HTML, at most 3,500 characters): a connector's
+    alert (docs/design.md §13). Whether Telegram took it; never raises."""
+    from sheetq.alerts.telegram import send_message
+
+    tg = settings.telegram
+    plain = clean(message, tg, limit=3500)
+    try:
+        delivery = send_message(tg, html.escape(plain), plain)
+    except Exception:  # an alert must never break the run; it stays owed
+        return False
+    for note in delivery.notes:
+        log.info("%s", note)
+    return delivery.sent
 
 
 def send_test(settings: Settings) -> Delivery:

@@ -14,12 +14,22 @@ Pure planning: rows in, a ``ChangeSet`` out; the runner and the commands do the 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, tzinfo
+from typing import Any
 
 from sheetq.config import ConnectorConfig, Settings
-from sheetq.connectors import Breaker, Change, State, effective, pause, resume
+from sheetq.connectors import (
+    DEFAULT_ESCALATE,
+    Breaker,
+    Change,
+    State,
+    effective,
+    owed,
+    pause,
+    resume,
+)
 from sheetq.model import CONNECTOR_COLUMNS, CONNECTORS_SHEET, CellValue, Event, Row
 from sheetq.policy import log_values
 from sheetq.port import ConnectorView
@@ -173,6 +183,40 @@ def _log(
     return dict(
         log_values(now, "", name, Event(change.event), state.value, 0, change.message, run_id)
     )
+
+
+def owed_alerts(
+    settings: Settings,
+    seen: Mapping[str, Seen],
+    breakers: Mapping[str, Breaker],
+    waiting: Callable[[tuple[str, ...]], int],
+    now: datetime,
+) -> list[dict[str, Any]]:
+    """The alerts the connectors of ``breakers`` owe at ``now`` (``sheetq.connectors.owed``
+    from their state and their row's ``alerted``), by name, each as
+    ``sheetq.connectors.alert_text`` reads it; ``waiting``: how many due tasks these types
+    have."""
+    out: list[dict[str, Any]] = []
+    for name in sorted(breakers):
+        breaker = breakers[name]
+        config = settings.connectors.get(name)
+        item = seen.get(name)
+        after = config.escalate_after if config else DEFAULT_ESCALATE
+        kind = owed(breaker, item.alerted if item else "", now, after)
+        if not kind:
+            continue
+        out.append(
+            {
+                "name": name,
+                "kind": kind,
+                "until": breaker.until,
+                "opened_at": breaker.opened_at,
+                "reason": breaker.reason,
+                "last_error": "",
+                "waiting": waiting(config.types if config and config.types else (name,)),
+            }
+        )
+    return out
 
 
 def initial_rows(settings: Settings, present: Sequence[str], now: datetime) -> list[AppendRow]:

@@ -24,8 +24,7 @@ from typing import Any
 
 from sheetq.clock import Clock
 from sheetq.config import Settings, TypeConfig
-from sheetq.connectors import DEFAULT_ESCALATE, Breaker, alert_text
-from sheetq.connectors import owed as owed_alert
+from sheetq.connectors import Breaker, alert_text
 from sheetq.errors import Interrupted, LeaseConflict, StoreError
 from sheetq.execute import Executor
 from sheetq.model import CONNECTOR_COLUMNS, Status, new_run_id
@@ -33,6 +32,7 @@ from sheetq.port import AlertItem, Notifier
 from sheetq.sheet.alerts import FRESH_POSITIONS, mark_alerted
 from sheetq.sheet.alerts import owed as owed_alerts
 from sheetq.sheet.connectors import CONNECTORS_SHEET, Seen
+from sheetq.sheet.connectors import owed_alerts as owed_connector_alerts
 from sheetq.sheet.connectors import parse as parse_connectors
 from sheetq.sheet.connectors import writes as connector_writes
 from sheetq.sheet.journal import Journal, journal_path, plan_recovery
@@ -724,37 +724,20 @@ class Runner:
         fails is tried again by the next run. Sent just before the run's last write, which
         records what was told in the ``alerted`` cells (no request of its own)."""
         text = getattr(self.notifier, "text", None)
-        if self._connectors is None:
+        if self._connectors is None or text is None:
             return
-        now = self.clock.now()
+
+        def waiting(types: tuple[str, ...]) -> int:
+            due = (Status.PENDING, Status.RETRY)
+            return sum(1 for r in rows if r.status in due and r.type in types)
+
         sent = failed = 0
-        for name in sorted(self.executor.shared):
-            breaker = self.executor.shared[name]
-            config = self.settings.connectors.get(name)
-            seen = self._connectors.get(name)
-            kind = owed_alert(
-                breaker,
-                seen.alerted if seen else "",
-                now,
-                config.escalate_after if config else DEFAULT_ESCALATE,
-            )
-            if not kind or text is None:
-                continue
-            types = self._types_of(name)
-            waiting = sum(
-                1 for r in rows if r.status in (Status.PENDING, Status.RETRY) and r.type in types
-            )
-            alert = {
-                "name": name,
-                "kind": kind,
-                "until": breaker.until,
-                "opened_at": breaker.opened_at,
-                "reason": breaker.reason,
-                "last_error": "",
-                "waiting": waiting,
-            }
+        alerts = owed_connector_alerts(
+            self.settings, self._connectors, self.executor.shared, waiting, self.clock.now()
+        )
+        for alert in alerts:
             if text(alert_text(alert, self.info.title)):
-                self._told[name] = kind
+                self._told[alert["name"]] = alert["kind"]
                 sent += 1
             else:
                 failed += 1
@@ -762,10 +745,6 @@ class Runner:
             self._note(f"{sent} connector alert(s) sent")
         if failed:
             self._note(f"{failed} connector alert(s) not sent; they stay owed")
-
-    def _types_of(self, name: str) -> tuple[str, ...]:
-        found = self.settings.connectors.get(name)
-        return found.types if found else (name,)
 
     def _alerts(self, rows: Sequence[QueueRow]) -> None:
         owed = self.owed(rows)
