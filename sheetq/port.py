@@ -446,7 +446,8 @@ class AlertOutcome:
     """What ``sheetq alert`` did: failures owed (``None``: not looked, another sender holds
     the queue: ``locked`` says who), the delivery (``None``: nothing was sent), the ids it
     covered, whether their ``alerted_at`` was written (``mark_error`` says why not), and
-    the store's requests."""
+    the store's requests. ``connector_sent``/``connector_unsent``: the connectors' owed
+    alerts (docs/design.md §13) sent, and those Telegram did not take (still owed)."""
 
     owed: int | None
     delivery: Delivery | None = None
@@ -455,6 +456,8 @@ class AlertOutcome:
     mark_error: str = ""
     locked: str = ""
     requests: int = 0
+    connector_sent: int = 0
+    connector_unsent: int = 0
 
 
 # --- the worker -----------------------------------------------------------------------------
@@ -585,9 +588,12 @@ class QueuePort(Protocol):
         holds the queue where runs exclude archiving."""
         ...
 
-    def send_alerts(self, send: Send, *, clock: Clock) -> AlertOutcome:
+    def send_alerts(
+        self, send: Send, *, clock: Clock, text: Callable[[str], bool] | None = None
+    ) -> AlertOutcome:
         """``sheetq alert``: send the owed failure alerts as one message (``send``) and mark
-        the tasks it covered, one sender at a time per queue."""
+        the tasks it covered, one sender at a time per queue; with ``text`` (one plain
+        message: whether Telegram took it), the connectors' owed alerts too."""
         ...
 
     def status(self, *, clock: Clock) -> StatusReport:

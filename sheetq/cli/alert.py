@@ -21,9 +21,11 @@ def alert(
 ) -> None:
     """Send owed failure alerts to Telegram now: one message, then alerted_at on its rows.
 
-    An alert is owed by every failed row whose alerted_at is empty. Exit 0 when nothing
-    is owed or the alerts were sent; 1 when Telegram could not be reached or refused the
-    message (the alerts stay owed, the next run tries again); 2 when TELEGRAM_BOT_TOKEN
+    An alert is owed by every failed row whose alerted_at is empty, and by a connector
+    that opened, stayed open past escalate_after or closed again without Telegram being
+    told (one message each). Exit 0 when nothing is owed or the alerts were sent; 1 when
+    Telegram could not be reached or refused the message (the alerts stay owed, the next
+    run tries again); 2 when TELEGRAM_BOT_TOKEN
     or TELEGRAM_CHAT_ID is not set. While a `process` run on this host holds the queue,
     it sends the alerts itself and this command only says so.
 
@@ -78,14 +80,24 @@ def _test(settings: Settings, as_json: bool) -> None:
 
 def _send_owed(settings: Settings, as_json: bool) -> None:
     """The queue's owed alerts, sent and marked through the port (``send_alerts``)."""
-    from sheetq.alerts import deliver
+    from sheetq.alerts import deliver, send_text
     from sheetq.cli.app import state
     from sheetq.port import AlertItem
 
     def send(items: list[AlertItem], title: str) -> Any:
         return deliver(items, title, settings)
 
-    outcome = state.queue().send_alerts(send, clock=state.clock())
+    def text(message: str) -> bool:
+        return send_text(settings, message)
+
+    outcome = state.queue().send_alerts(send, clock=state.clock(), text=text)
+    if outcome.connector_sent:
+        warn(f"{outcome.connector_sent} connector alert(s) sent")
+    if outcome.connector_unsent:
+        warn(
+            f"{outcome.connector_unsent} connector alert(s) NOT sent (Telegram unreachable or "
+            "failing); they stay owed"
+        )
     if outcome.owed is None:
         _report(
             as_json, {"owed": None, "sent": False, "alerted": 0, "locked": True}, outcome.locked
@@ -95,8 +107,10 @@ def _send_owed(settings: Settings, as_json: bool) -> None:
         _report(
             as_json,
             {"owed": 0, "sent": False, "alerted": 0, "notes": [], "requests": outcome.requests},
-            "no alerts owed",
+            "no failure alerts owed" if outcome.connector_sent else "no alerts owed",
         )
+        if outcome.connector_unsent:
+            raise typer.Exit(EXIT_FAILURE)
         return
     report, delivery = outcome.report, outcome.delivery
     assert report is not None and delivery is not None
@@ -127,3 +141,5 @@ def _send_owed(settings: Settings, as_json: bool) -> None:
         _report(as_json, doc, f"sent 1 message for {covered} failed row(s); not marked")
         raise typer.Exit(EXIT_FAILURE)
     _report(as_json, doc, f"sent 1 message for {covered} failed row(s); alerted_at written")
+    if outcome.connector_unsent:
+        raise typer.Exit(EXIT_FAILURE)

@@ -7,9 +7,12 @@ outcomes' effects on the breaker are the run path's (``queries/run.sql``, migrat
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
+
+import psycopg
 
 from sheetq.config import ConnectorConfig, Settings
 from sheetq.connectors import Breaker, State, alert_text, effective
@@ -17,7 +20,7 @@ from sheetq.model import new_run_id
 from sheetq.port import ConnectorView
 from sheetq.postgres.manage import stamp
 from sheetq.postgres.queries import QUERIES
-from sheetq.postgres.session import Session, Transactions
+from sheetq.postgres.session import Session, Transactions, pretend
 from sheetq.redact import printable, shorten
 from sheetq.times import exact_duration, format_ts
 
@@ -175,6 +178,27 @@ def give_back(db: Transactions, alerts: Sequence[Mapping[str, Any]]) -> None:
                 QUERIES["connector_alerts_back"],
                 {"queue": db.queue, "name": alert["name"], "kind": alert["kind"]},
             )
+
+
+class Pinned:
+    """A command's session whose transactions see ``now`` as ``sheetq_now()`` when it is a
+    pretended time (``SHEETQ_NOW``), as a run's do (``pin_clock``); the server's clock
+    otherwise. For ``sheetq alert``'s connector alerts (``escalate_after`` is measured on
+    ``sheetq_now()``)."""
+
+    def __init__(self, session: Session, now: Callable[[], datetime]) -> None:
+        self.session = session
+        self.queue = session.queue
+        self.settings = session.settings
+        self._now = now
+
+    @contextmanager
+    def transaction(self) -> Iterator[psycopg.Connection[Any]]:
+        with self.session.transaction() as conn:
+            at = pretend(self._now())
+            if at is not None:
+                conn.execute(QUERIES["pin_clock"], {"at": at})
+            yield conn
 
 
 def send_owed(

@@ -225,7 +225,9 @@ class PgQueue:
             )
         return ArchiveOutcome(report, logs)
 
-    def send_alerts(self, send: Send, *, clock: Clock) -> AlertOutcome:
+    def send_alerts(
+        self, send: Send, *, clock: Clock, text: Callable[[str], bool] | None = None
+    ) -> AlertOutcome:
         """One digest through the queue's alert claim, the same one every run and worker
         takes (``sheetq.postgres.alerts``): nothing is sent while another run's holds."""
         delivered: list[Delivery] = []
@@ -245,6 +247,17 @@ class PgQueue:
         outcome.marked = outcome.delivery is not None and outcome.delivery.sent
         outcome.marked = outcome.marked and not digest.mark_error
         outcome.mark_error = digest.mark_error
+        if text is not None and digest.locked == "":
+            told: list[bool] = []
+
+            def one(message: str) -> bool:
+                told.append(text(message))
+                return told[-1]
+
+            pinned = pg_connectors.Pinned(session, clock.now)
+            pg_connectors.send_owed(pinned, self.settings, one, session.where)
+            outcome.connector_sent = sum(told)
+            outcome.connector_unsent = len(told) - sum(told)
         return outcome
 
     def status(self, *, clock: Clock) -> StatusReport:

@@ -39,7 +39,7 @@ from sheetq.sheet import LOCAL_PREFIX, open_store
 from sheetq.sheet.connectors import CONNECTORS_SHEET, Seen, initial_rows
 from sheetq.sheet.plan import SCAN_COLUMNS, QueueRow, parse_rows
 from sheetq.sheet.schema import check_schema
-from sheetq.sheet.store import ChangeSet, Gridded, Read, Snapshot, Store, WorkbookInfo
+from sheetq.sheet.store import ChangeSet, Gridded, Read, Snapshot, Store, UpdateRow, WorkbookInfo
 from sheetq.summary import stopped
 from sheetq.times import zone
 
@@ -445,7 +445,9 @@ class SheetQueue:
             )
         return ArchiveOutcome(report, logs)
 
-    def send_alerts(self, send: Send, *, clock: Clock) -> AlertOutcome:
+    def send_alerts(
+        self, send: Send, *, clock: Clock, text: Callable[[str], bool] | None = None
+    ) -> AlertOutcome:
         """Owed alerts as one message, then ``alerted_at`` on the rows it covered: open 1 +
         scan 1 + mark 1 request. While a ``process`` run on this host holds the queue, it
         sends them itself; this only says so."""
@@ -463,7 +465,10 @@ class SheetQueue:
                 "alerts when it finishes",
             )
         try:
-            return self._send_alerts(send, clock)
+            outcome = self._send_alerts(send, clock)
+            if text is not None:
+                self._send_connector_alerts(text, clock, outcome)
+            return outcome
         finally:
             host_lock.release()
 
@@ -502,6 +507,56 @@ class SheetQueue:
             outcome.mark_error = exc.message
         outcome.requests = store.requests_made
         return outcome
+
+    def _send_connector_alerts(
+        self, text: Callable[[str], bool], clock: Clock, outcome: AlertOutcome
+    ) -> None:
+        """The connectors' owed alerts (docs/design.md §13), each sent, then what was told
+        written in their rows' ``alerted`` cells (one read, one write when any was sent). A
+        row with a person's edit not yet taken is left to the next ``process`` run."""
+        from sheetq.connectors import alert_text
+        from sheetq.errors import StoreError
+        from sheetq.sheet.connectors import owed_alerts, parse
+
+        settings = self.settings
+        if not settings.connectors_sheet:
+            return
+        info = self.store.open()
+        if CONNECTORS_SHEET not in info.sheets:
+            return
+        tz = zone(info.time_zone)
+        now = clock.now()
+        snap, conn = self.store.read(
+            [Read(settings.queue_sheet, SCAN_COLUMNS), Read(CONNECTORS_SHEET, CONNECTOR_COLUMNS)]
+        )
+        seen = parse(conn.rows, now, tz, info.locale)
+        rows = parse_rows(snap.rows, tz, info.locale)
+        due = (Status.PENDING, Status.RETRY)
+
+        def waiting(types: tuple[str, ...]) -> int:
+            return sum(1 for r in rows if r.status in due and r.type in types)
+
+        breakers = {
+            n: s.breaker for n, s in seen.items() if n in settings.connectors and not s.edit
+        }
+        changes = ChangeSet()
+        for alert in owed_alerts(settings, seen, breakers, waiting, now):
+            if not text(alert_text(alert, info.title)):
+                outcome.connector_unsent += 1
+                continue
+            outcome.connector_sent += 1
+            name = alert["name"]
+            changes.updates.append(
+                UpdateRow(
+                    CONNECTORS_SHEET, name, seen[name].row, {"alerted": alert["kind"]}, "name"
+                )
+            )
+        if changes:
+            try:
+                self.store.apply(changes)
+            except StoreError as exc:
+                outcome.mark_error = outcome.mark_error or exc.message
+        outcome.requests = self.store.requests_made
 
     # --- reads ---------------------------------------------------------------------------
 

@@ -108,3 +108,27 @@ def test_alerts_telegram_missed_are_sent_by_the_next_run(
     assert len(_texts(fake)) == 2 and "connector crm closed again" in _texts(fake)[1]
     _run(monkeypatch, 10, 3)
     assert len(_texts(fake)) == 2
+
+
+def test_sheetq_alert_sends_a_connectors_owed_alert_once(
+    book: Book, fake: FakeBotAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Telegram down when crm opens; `sheetq alert` while still down: exit 1, still owed;
+    once up, `sheetq alert` sends the opening (one message), and neither a second `alert`
+    nor the next run sends it again."""
+    _setup(tmp_path, monkeypatch)
+    monkeypatch.setenv("EXIT", "75")
+    fake.down()
+    _run(monkeypatch, 9, 0)
+    r = run_cli(["alert"])
+    assert r.code == 1 and "connector alert(s) NOT sent" in r.stderr
+    fake.up()
+    assert _texts(fake) == []
+    r = run_cli(["alert"])
+    assert r.code == 0, r.stderr
+    assert "1 connector alert(s) sent" in r.stderr
+    assert len(_texts(fake)) == 1 and "connector crm opened" in _texts(fake)[0]
+    assert _alerted(book) in ("", "opened")
+    assert run_cli(["alert"]).code == 0
+    _run(monkeypatch, 9, 5)
+    assert len(_texts(fake)) == 1
