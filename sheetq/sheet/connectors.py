@@ -37,6 +37,8 @@ from sheetq.sheet.store import AppendRow, ChangeSet, UpdateRow
 from sheetq.times import format_ts, parse_ts
 
 _STATES = {s.value: s for s in State}
+# the columns a connector's alerts need: without them what was told cannot be recorded
+ALERT_COLUMNS = ("opened_at", "alerted")
 
 
 @dataclass
@@ -150,11 +152,13 @@ def writes(
     now: datetime,
     run_id: str,
     alerted: Mapping[str, str] | None = None,
+    lacking: Sequence[str] = (),
 ) -> ChangeSet:
     """The Connectors rows that changed (re-located by ``name``), rows for configured
     connectors the worksheet lacks, and one QueueLog row per change (persons' edits first).
     ``alerted``: what Telegram has now been told of a connector, where this run told it
-    something (else its row keeps what it said)."""
+    something (else its row keeps what it said). ``lacking``: columns the worksheet does
+    not have (made by an older sheetq, before `sheetq init` adds them): not written."""
     told = dict(alerted or {})
     out = ChangeSet()
     log = settings.log_sheet
@@ -169,7 +173,7 @@ def writes(
     for name, breaker in final.items():
         found = seen.get(name)
         said = told.get(name, found.alerted if found else "")
-        cells = values(breaker, now, said)
+        cells = {k: v for k, v in values(breaker, now, said).items() if k not in lacking}
         if found is None:
             out.appends.append(AppendRow(CONNECTORS_SHEET, {"name": name, **cells}))
         elif found.edit is not None or not _same(breaker, found.written) or said != found.alerted:

@@ -217,12 +217,21 @@ class SheetQueue:
         from sheetq.sheet.connectors import Seen, view, writes
 
         config = self.settings.known_connector(name)
-        _, seen, now = self._connector_rows(clock)
+        info, seen, now = self._connector_rows(clock)
         item = seen.get(name)
         breaker, done = change(item.breaker if item else Breaker(), now)
         run_id = new_run_id("connector")
+        lacking = info.sheet(CONNECTORS_SHEET).missing(CONNECTOR_COLUMNS)
         self.store.apply(
-            writes(self.settings, seen, {name: breaker}, [(name, done)], now=now, run_id=run_id)
+            writes(
+                self.settings,
+                seen,
+                {name: breaker},
+                [(name, done)],
+                now=now,
+                run_id=run_id,
+                lacking=lacking,
+            )
         )
         return view(config, Seen(item.row if item else 0, breaker, breaker), now)
 
@@ -516,13 +525,15 @@ class SheetQueue:
         row with a person's edit not yet taken is left to the next ``process`` run."""
         from sheetq.connectors import alert_text
         from sheetq.errors import StoreError
-        from sheetq.sheet.connectors import owed_alerts, parse
+        from sheetq.sheet.connectors import ALERT_COLUMNS, owed_alerts, parse
 
         settings = self.settings
         if not settings.connectors_sheet:
             return
         info = self.store.open()
         if CONNECTORS_SHEET not in info.sheets:
+            return
+        if info.sheet(CONNECTORS_SHEET).missing(ALERT_COLUMNS):  # `sheetq doctor` names them
             return
         tz = zone(info.time_zone)
         now = clock.now()

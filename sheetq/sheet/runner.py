@@ -31,7 +31,7 @@ from sheetq.model import CONNECTOR_COLUMNS, Status, new_run_id
 from sheetq.port import AlertItem, Notifier
 from sheetq.sheet.alerts import FRESH_POSITIONS, mark_alerted
 from sheetq.sheet.alerts import owed as owed_alerts
-from sheetq.sheet.connectors import CONNECTORS_SHEET, Seen
+from sheetq.sheet.connectors import ALERT_COLUMNS, CONNECTORS_SHEET, Seen
 from sheetq.sheet.connectors import owed_alerts as owed_connector_alerts
 from sheetq.sheet.connectors import parse as parse_connectors
 from sheetq.sheet.connectors import writes as connector_writes
@@ -392,6 +392,7 @@ class Runner:
             now=self.clock.now(),
             run_id=self.run_id,
             alerted=self._told,
+            lacking=self.info.sheet(CONNECTORS_SHEET).missing(CONNECTOR_COLUMNS),
         )
 
     def _dry_run(self, plan: BatchPlan) -> None:
@@ -725,6 +726,13 @@ class Runner:
         records what was told in the ``alerted`` cells (no request of its own)."""
         text = getattr(self.notifier, "text", None)
         if self._connectors is None or text is None:
+            return
+        lacking = self.info.sheet(CONNECTORS_SHEET).missing(ALERT_COLUMNS)
+        if lacking:  # what was told could not be recorded: every run would send it again
+            self._note(
+                f"connector alerts not sent: worksheet '{CONNECTORS_SHEET}' lacks column(s) "
+                f"{', '.join(lacking)}; run `sheetq init` to add them"
+            )
             return
 
         def waiting(types: tuple[str, ...]) -> int:

@@ -13,7 +13,7 @@ import pytest
 from tests.cli_helpers import enqueue_task, set_now
 from tests.conftest import Book, handler_script, run_cli, write_config
 from tests.fakes.telegram_fake import FakeBotAPI, bot_for_sheetq
-from tests.sheet_only import on_postgres
+from tests.sheet_only import on_postgres, sheet_only
 
 ON_POSTGRES = True  # the behavioural suite: also runs on PostgreSQL
 
@@ -132,3 +132,26 @@ def test_sheetq_alert_sends_a_connectors_owed_alert_once(
     assert run_cli(["alert"]).code == 0
     _run(monkeypatch, 9, 5)
     assert len(_texts(fake)) == 1
+
+
+def test_a_connectors_worksheet_without_the_alert_columns_sends_nothing_until_init(
+    book: Book, fake: FakeBotAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Connectors worksheet made before `opened_at` and `alerted` (their headers cleared):
+    what was told could not be recorded, so no run sends (every run would send it again);
+    the note says to run `sheetq init`. After `init`, one message, then none."""
+    sheet_only(book, "the Connectors worksheet's columns; PostgreSQL keeps a table")
+    _setup(tmp_path, monkeypatch)
+    book.set_cell("Connectors", 1, "alerted", "")
+    book.set_cell("Connectors", 1, "opened_at", "")
+    monkeypatch.setenv("EXIT", "75")
+    set_now(monkeypatch, NOW)
+    r = run_cli(["process", "--json"])
+    assert r.code == 0, r.stderr
+    assert any("lacks column(s) opened_at, alerted" in n for n in r.json()["notes"])
+    _run(monkeypatch, 9, 1)
+    assert _texts(fake) == []
+    assert run_cli(["init", "--no-format"]).code == 0
+    _run(monkeypatch, 9, 2)
+    _run(monkeypatch, 9, 3)
+    assert len(_texts(fake)) == 1 and "connector crm opened" in _texts(fake)[0]
