@@ -21,6 +21,7 @@ from sheetq.connectors import (
     free_slots,
     grant,
     next_start,
+    owed,
     pause,
     resume,
     take,
@@ -181,3 +182,26 @@ def test_pause_for_a_while_and_a_release_gives_the_slot_back() -> None:
     assert b.state is State.CLOSED and admits(b, _at(3601), limits, 5) == 0
     b, _ = after(b, _at(3602), limits, "x", Kind.RELEASE)
     assert admits(b, _at(3603), limits, 5) == 1
+
+
+def test_what_a_connector_owes_telegram_follows_its_state_and_what_was_told() -> None:
+    """Opened: `opened` until told; after escalate_after: `escalated` once; a failed probe
+    re-opening it is the same opening (its opened_at kept); closed after being told of
+    it: `closed`; a pause owes nothing; an opening never told owes no closing."""
+    limits = Limits(threshold=1, cooldown=60)
+    b, _ = after(Breaker(), _at(0), limits, "a", Kind.FAIL)
+    assert owed(b, "", _at(1), 900) == "opened"
+    assert owed(b, "opened", _at(899), 900) == ""
+    assert owed(b, "", _at(900), 900) == "escalated"  # never told: said once, as escalated
+    b = take(b, _at(61), limits, ["p"], _at(200))
+    b, _ = after(b, _at(62), limits, "p", Kind.FAIL)
+    assert b.opened_at == _at(0)
+    assert owed(b, "opened", _at(900), 900) == "escalated"
+    assert owed(b, "escalated", _at(5000), 900) == ""
+    b2 = take(b, _at(200), limits, ["q"], _at(300))
+    closed, _ = after(b2, _at(201), limits, "q", Kind.OK)
+    assert owed(closed, "escalated", _at(202), 900) == "closed"
+    assert owed(closed, "closed", _at(203), 900) == ""
+    assert owed(closed, "", _at(203), 900) == ""
+    paused, _ = pause(Breaker(), _at(0), None, "maintenance")
+    assert owed(paused, "", _at(5000), 900) == ""
