@@ -307,3 +307,24 @@ def alert_text(alert: Mapping[str, Any], where: str) -> str:
             lines.append(f"last error: {alert['last_error']}")
         lines.append(f"{int(alert['waiting'])} task(s) wait for it")
     return "\n".join(lines)
+
+
+def why_waiting(b: Breaker, now: datetime, limits: Limits) -> str:
+    """Why a connector's due tasks wait at ``now``, in a person's words (``process
+    --dry-run``): open or paused until when and why, half-open, its slots taken, its rate
+    limit's next start."""
+    concurrency = limits.concurrency
+    state = effective(b, now)
+    if state in (State.OPEN, State.PAUSED):
+        until = f" until {format_ts(b.until)}" if b.until else " until resumed"
+        return f"{state}{until}" + (f": {b.reason}" if b.reason else "")
+    if state is State.HALF_OPEN:
+        if b.probe and b.probe_until is not None and b.probe_until > now:
+            return f"half-open: its one probe ({b.probe}) is running"
+        return "half-open: one probe at a time"
+    free = sum(1 for until in b.slots.values() if until > now)
+    if concurrency is not None and free >= concurrency:
+        return f"all {concurrency} slot(s) taken"
+    if b.next_at is not None and b.next_at > now:
+        return f"its rate limit's next start is at {format_ts(b.next_at)}"
+    return f"its rate limit starts one task every {limits.interval:g}s"

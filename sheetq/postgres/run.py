@@ -35,7 +35,7 @@ from psycopg.rows import dict_row
 
 from sheetq.clock import Clock, SystemClock
 from sheetq.config import Settings, TypeConfig
-from sheetq.connectors import Breaker, Kind, Limits, State, admits, effective, kind_of
+from sheetq.connectors import Breaker, Kind, Limits, State, admits, kind_of, why_waiting
 from sheetq.errors import SchemaError
 from sheetq.model import MAX_ERROR_CHARS, MAX_RESULT_CHARS, Event, Status
 from sheetq.policy import due_since, expiry, outcome_message, recover
@@ -44,7 +44,6 @@ from sheetq.postgres.connection import connect, explain
 from sheetq.postgres.queries import QUERIES
 from sheetq.redact import printable, shorten
 from sheetq.retry import Decision
-from sheetq.times import format_ts
 
 # Session settings of a connection that claims in a loop. Generic plans: each statement is
 # planned once per connection, not once per turn (planning the claim costs more than running
@@ -473,7 +472,7 @@ class RunDb:
             if allowed >= limit:
                 continue
             due = sum(counts.get(t, 0) for t in (config.types or (name,)))
-            gates[name] = Gate(allowed, _why_waiting(breaker, now, limits, config.concurrency), due)
+            gates[name] = Gate(allowed, why_waiting(breaker, now, limits), due)
         return gates
 
     # --- settling --------------------------------------------------------------------
@@ -713,24 +712,6 @@ def _breaker(row: Mapping[str, Any]) -> Breaker:
         slots=slots,
         next_at=row["next_at"],
     )
-
-
-def _why_waiting(b: Breaker, now: datetime, limits: Limits, concurrency: int | None) -> str:
-    """Why a connector's due tasks wait, in a person's words."""
-    state = effective(b, now)
-    if state in (State.OPEN, State.PAUSED):
-        until = f" until {format_ts(b.until)}" if b.until else " until resumed"
-        return f"{state}{until}" + (f": {b.reason}" if b.reason else "")
-    if state is State.HALF_OPEN:
-        if b.probe and b.probe_until is not None and b.probe_until > now:
-            return f"half-open: its one probe ({b.probe}) is running"
-        return "half-open: one probe at a time"
-    free = sum(1 for until in b.slots.values() if until > now)
-    if concurrency is not None and free >= concurrency:
-        return f"all {concurrency} slot(s) taken"
-    if b.next_at is not None and b.next_at > now:
-        return f"its rate limit's next start is at {format_ts(b.next_at)}"
-    return f"its rate limit starts one task every {limits.interval:g}s"
 
 
 def _claim(record: Mapping[str, Any], previous: Status | None = None) -> PgClaim:

@@ -24,10 +24,11 @@ from typing import Any
 
 from sheetq.clock import Clock
 from sheetq.config import Settings, TypeConfig
-from sheetq.connectors import Breaker, alert_text
+from sheetq.connectors import Breaker, Limits, State, alert_text, effective, why_waiting
 from sheetq.errors import Interrupted, LeaseConflict, StoreError
 from sheetq.execute import Executor
 from sheetq.model import CONNECTOR_COLUMNS, Status, new_run_id
+from sheetq.policy import is_due
 from sheetq.port import AlertItem, Notifier
 from sheetq.sheet.alerts import FRESH_POSITIONS, mark_alerted
 from sheetq.sheet.alerts import owed as owed_alerts
@@ -254,6 +255,7 @@ class Runner:
                 self._note(note)
             if options.dry_run:
                 self._dry_run(plan)
+                self._dry_run_waits(rows, options, now)
                 return
             if not plan.has_work:
                 break
@@ -412,6 +414,29 @@ class Runner:
                     "reconcile": claim.reconcile,
                 }
             )
+
+    def _dry_run_waits(self, rows: Sequence[QueueRow], options: RunOptions, now: datetime) -> None:
+        """A note per connector that holds its due tasks back (open or paused, from the
+        Connectors worksheet: docs/design.md §13), worded as on PostgreSQL."""
+        for name in sorted(self.executor.shared):
+            breaker = self.executor.shared[name]
+            if effective(breaker, now) not in (State.OPEN, State.PAUSED):
+                continue
+            config = self.settings.connectors.get(name)
+            types = config.types if config and config.types else (name,)
+            ids = [
+                r.task_id
+                for r in rows
+                if r.type in types
+                and (not options.types or r.type in options.types)
+                and r.status in (Status.PENDING, Status.RETRY)
+                and is_due(r.next_retry_at, now)
+            ]
+            if not ids:
+                continue
+            why = why_waiting(breaker, now, Limits())
+            shown = ", ".join(ids[:5]) + (", …" if len(ids) > 5 else "")
+            self._note(f"{len(ids)} due task(s) would wait for connector {name!r} ({why}): {shown}")
 
     # --- claim -------------------------------------------------------------------
 
