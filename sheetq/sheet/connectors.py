@@ -117,7 +117,8 @@ def values(breaker: Breaker, now: datetime, alerted: str = "") -> dict[str, Cell
 
 def view_values(view: ConnectorView) -> dict[str, CellValue]:
     """A connector's cells in the mirror, from PostgreSQL's view of it (``next_start`` is
-    the database's own, not shown)."""
+    the database's own, not shown; ``opened_at`` and ``alerted`` are a sheet's own, not
+    written: a mirror made before them keeps working)."""
     state = view.state
     return {
         "state": state,
@@ -127,8 +128,6 @@ def view_values(view: ConnectorView) -> dict[str, CellValue]:
         "running": view.running,
         "updated_at": format_ts(view.updated_at) if view.updated_at else "",
         "next_start": "",
-        "opened_at": "",
-        "alerted": "",
     }
 
 

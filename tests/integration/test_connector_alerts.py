@@ -41,10 +41,12 @@ def _setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         enqueue_task({"n": i}, "lead")
 
 
-def _run(monkeypatch: pytest.MonkeyPatch, hour: int, minute: int) -> None:
+def _run(monkeypatch: pytest.MonkeyPatch, hour: int, minute: int) -> int:
+    """`process --until-empty` at HH:MM; the requests it made (a sheet's store)."""
     set_now(monkeypatch, datetime(2026, 1, 5, hour, minute, tzinfo=UTC))
     r = run_cli(["process", "--until-empty", "--json"])
     assert r.code == 0, r.stderr
+    return int(r.json().get("requests") or 0)
 
 
 def _texts(fake: FakeBotAPI) -> list[str]:
@@ -68,9 +70,12 @@ def test_open_escalated_closed_one_message_each(
     _run(monkeypatch, 9, 0)
     assert len(_texts(fake)) == 1 and "connector crm opened" in _texts(fake)[0]
     assert "task(s) wait for it" in _texts(fake)[0]
-    _run(monkeypatch, 9, 10)
+    quiet = _run(monkeypatch, 9, 10)
     assert len(_texts(fake)) == 1
-    _run(monkeypatch, 9, 16)
+    escalating = _run(monkeypatch, 9, 16)
+    # on a sheet its `alerted` cell is the run's one write (locate + write on Google), as any
+    # change of a connector's row in a run that claims nothing
+    assert escalating <= quiet + 2
     assert len(_texts(fake)) == 2
     assert "connector crm still open since 2026-01-05T09:00:00Z" in _texts(fake)[1]
     assert _alerted(book) in ("", "escalated")
