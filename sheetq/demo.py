@@ -109,8 +109,8 @@ def run_demo(
     """Run the tour in ``directory``; returns 0. ``say`` prints a line, ``show_table`` a table.
     ``keep`` false: the directory is removed afterwards, so the closing hints say how to keep
     one instead of where to look."""
+    from sheetq.accept import prepare
     from sheetq.backends import open_queue
-    from sheetq.enqueue import prepare
     from sheetq.summary import RunOptions, summary_line
 
     directory.mkdir(parents=True, exist_ok=True)

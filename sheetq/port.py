@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from sheetq.model import Row, Status
 
 if TYPE_CHECKING:
+    from sheetq.accept import Enqueued, NewTask
     from sheetq.checks import Check
     from sheetq.clock import Clock
     from sheetq.config import Settings
-    from sheetq.enqueue import Enqueued, NewTask
     from sheetq.migrate import Source, Written
     from sheetq.stats import Stats
     from sheetq.summary import RunOptions, RunSummary

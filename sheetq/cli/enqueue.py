@@ -155,9 +155,9 @@ def enqueue(
 
       sheetq enqueue deal_update '{"deal_id": 42, "stage": "won"}' --group deal-42
     """
+    from sheetq.accept import check_priority, prepare
     from sheetq.cli.app import state
     from sheetq.config import TYPE_PATTERN, TYPE_RULE  # one rule for the CLI and sheetq.toml
-    from sheetq.enqueue import check_priority, prepare
     from sheetq.idempotency import parse_payload
     from sheetq.order import clean_group
 

@@ -91,8 +91,8 @@ def requeue(
 
       sheetq requeue --task t_01JDF3K4Z8Q9W2E5R7T1Y3U6I0 --priority 10
     """
+    from sheetq.accept import check_priority
     from sheetq.cli.app import state
-    from sheetq.enqueue import check_priority
     from sheetq.model import ErrorClass, Status
 
     level = None if priority is None else check_priority(priority)

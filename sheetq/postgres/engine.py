@@ -33,10 +33,10 @@ from sheetq.postgres.session import Session
 from sheetq.summary import stopped
 
 if TYPE_CHECKING:
+    from sheetq.accept import Enqueued, NewTask
     from sheetq.checks import Check
     from sheetq.clock import Clock
     from sheetq.config import Settings
-    from sheetq.enqueue import Enqueued, NewTask
     from sheetq.migrate import Source, Written
     from sheetq.port import Delivery, Notifier
     from sheetq.stats import Stats

@@ -1,5 +1,5 @@
 """Enqueue on PostgreSQL (docs/design.md §4, §11 "Keys"): look up only the batch's keys, decide
-with the shared ``sheetq.enqueue.decide_keys``, and insert in the same transaction
+with the shared ``sheetq.accept.decide_keys``, and insert in the same transaction
 (``queries/enqueue.sql``).
 
 The whole batch, however large (``--jsonl`` of 100,000 lines), is one transaction under the
@@ -18,8 +18,8 @@ from typing import Any
 
 import psycopg
 
+from sheetq.accept import Decided, Enqueued, KnownKey, NewTask, decide_keys
 from sheetq.config import Settings
-from sheetq.enqueue import Decided, Enqueued, KnownKey, NewTask, decide_keys
 from sheetq.errors import StoreError
 from sheetq.model import MAX_ERROR_CHARS, Status, new_run_id
 from sheetq.postgres.manage import stamp
@@ -32,7 +32,7 @@ def known_keys(
     conn: psycopg.Connection[Any], queue: str, keys: Sequence[str]
 ) -> dict[str, KnownKey]:
     """Key → the task holding it among ``keys`` only: live tasks first, then archived, the
-    earliest ``created_at`` (then ``task_id``) of each, as ``sheetq.enqueue.index_keys``
+    earliest ``created_at`` (then ``task_id``) of each, as ``sheetq.accept.index_keys``
     decides on a sheet. Two indexed lookups, whatever the size of the queue."""
     known: dict[str, KnownKey] = {}
     if not keys:

@@ -51,10 +51,10 @@ _SHEET_CONNECTORS = (
 )
 
 if TYPE_CHECKING:
+    from sheetq.accept import Enqueued, NewTask
     from sheetq.checks import Check
     from sheetq.clock import Clock
     from sheetq.config import Settings
-    from sheetq.enqueue import Enqueued, NewTask
     from sheetq.migrate import Source, Written
     from sheetq.port import HeldGroup, Notifier
     from sheetq.stats import Stats

@@ -17,8 +17,8 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
+from sheetq.accept import Enqueued, KnownKey, NewTask, decide_keys
 from sheetq.config import Settings
-from sheetq.enqueue import Enqueued, KnownKey, NewTask, decide_keys
 from sheetq.model import QUEUE_COLUMNS, Event, Status, new_run_id
 from sheetq.sheet.plan import log_row
 from sheetq.sheet.store import (
@@ -84,7 +84,7 @@ def plan_enqueue(
     widths: Mapping[str, int] | None = None,
 ) -> tuple[list[Enqueued], list[ChangeSet]]:
     """New rows for new keys; ``duplicate`` / ``conflict`` log rows for known ones
-    (``sheetq.enqueue.decide_keys``).
+    (``sheetq.accept.decide_keys``).
 
     The changes come as writes in line order, each at most ``max_write_bytes`` of Google
     request JSON (``None``: one write); a line's Queue row and its log row always share a

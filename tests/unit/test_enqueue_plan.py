@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
+from sheetq.accept import KnownKey, NewTask
 from sheetq.config import Settings
-from sheetq.enqueue import KnownKey, NewTask
 from sheetq.idempotency import canonical_json, payload_hash
 from sheetq.sheet.enqueue import append_bytes, plan_enqueue
 

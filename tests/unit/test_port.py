@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from sheetq.accept import prepare
 from sheetq.backends import open_queue
 from sheetq.clock import FixedClock
 from sheetq.config import load_settings
-from sheetq.enqueue import prepare
 from sheetq.errors import StoreUnavailable
 from sheetq.port import QueuePort
 from sheetq.sheet.engine import SheetQueue

@@ -5,7 +5,7 @@ SELECT pg_advisory_xact_lock(hashtext('sheetq:' || %(queue)s));
 
 -- name: known_keys
 -- The tasks holding any of %(keys)s (text[]): live tasks first, then archived, each
--- group oldest first (as sheetq.enqueue.index_keys decides on a sheet).
+-- group oldest first (as sheetq.accept.index_keys decides on a sheet).
 SELECT idempotency_key, task_id, payload_hash, status, archived FROM (
     SELECT idempotency_key, task_id, payload_hash, status, false AS archived,
            created_at, 0 AS place
