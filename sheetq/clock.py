@@ -5,9 +5,12 @@ All datetimes are timezone-aware UTC. ``monotonic`` and ``sleep`` are in seconds
 
 from __future__ import annotations
 
+import os
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
+
+from sheetq.errors import ConfigError
 
 
 class Clock(Protocol):
@@ -83,3 +86,18 @@ class FakeClock:
         delta = (when - self._now).total_seconds()
         self._now = when.astimezone(UTC)
         self._mono += max(0.0, delta)
+
+
+def clock_from_env() -> Clock:
+    """``SHEETQ_NOW`` (ISO 8601, UTC if no offset) fixes the wall-clock time that decisions use
+    (due, expired, lease expiry), for replaying and tests; elapsed time stays real."""
+    fixed = os.environ.get("SHEETQ_NOW", "").strip()
+    if not fixed:
+        return SystemClock()
+    try:
+        when = datetime.fromisoformat(fixed)
+    except ValueError:
+        raise ConfigError(f"SHEETQ_NOW: expected an ISO 8601 time, got {fixed!r}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return FixedClock(when)

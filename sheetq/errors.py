@@ -52,6 +52,18 @@ class ConflictError(SheetqError):
     exit_code = EXIT_CONFLICT
 
 
+class KeyConflict(ConflictError):
+    """The idempotency key already belongs to a task with a different payload
+    (docs/design.md §4): nothing was added. ``task_id`` is the task holding the key, ``key``
+    the key (``TYPE:…``), ``status`` that task's status."""
+
+    def __init__(self, message: str, *, task_id: str, key: str, status: str) -> None:
+        super().__init__(message)
+        self.task_id = task_id
+        self.key = key
+        self.status = status
+
+
 class StoreError(SheetqError):
     """The spreadsheet could not be read or written."""
 

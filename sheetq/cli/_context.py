@@ -5,11 +5,9 @@ from __future__ import annotations
 import os
 import random
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import TYPE_CHECKING
 
-from sheetq.clock import Clock, FixedClock, SystemClock
-from sheetq.errors import ConfigError
+from sheetq.clock import Clock, clock_from_env
 
 if TYPE_CHECKING:
     from sheetq.config import Settings
@@ -74,20 +72,3 @@ class Context:
         for queue in self.queues:
             queue.close()
         self.queues.clear()
-
-
-def clock_from_env() -> Clock:
-    """``SHEETQ_NOW`` (ISO 8601, UTC if no offset) fixes the wall-clock time that decisions use
-    (due, expired, lease expiry), for replaying and tests; elapsed time stays real."""
-    fixed = os.environ.get("SHEETQ_NOW", "").strip()
-    if not fixed:
-        return SystemClock()
-    try:
-        when = datetime.fromisoformat(fixed)
-    except ValueError:
-        raise ConfigError(f"SHEETQ_NOW: expected an ISO 8601 time, got {fixed!r}") from None
-    if when.tzinfo is None:
-        from datetime import UTC
-
-        when = when.replace(tzinfo=UTC)
-    return FixedClock(when)

@@ -13,18 +13,21 @@ database's"), unless ``SHEETQ_NOW`` pretends.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
+from psycopg.rows import tuple_row
 
 from sheetq.accept import Decided, Enqueued, KnownKey, NewTask, decide_keys
 from sheetq.config import Settings
-from sheetq.errors import StoreError
-from sheetq.model import MAX_ERROR_CHARS, Status, new_run_id
+from sheetq.errors import SchemaError, StoreError, StoreUnavailable
+from sheetq.model import MAX_ERROR_CHARS, Status, new_run_id, new_task_id
 from sheetq.postgres.manage import stamp
 from sheetq.postgres.queries import QUERIES
-from sheetq.postgres.session import Session
+from sheetq.postgres.session import Session, pretend
 from sheetq.redact import printable, shorten
 
 
@@ -129,3 +132,63 @@ def _insert_log(
                 (queue, moment, one.task_id, one.task.type, one.outcome, str(status), 0,
                  message, run_id)
             )  # fmt: skip
+
+
+def enqueue_in(
+    conn: psycopg.Connection[Any],
+    queue: str,
+    task: NewTask,
+    *,
+    owner: str,
+    now: datetime,
+) -> Enqueued:
+    """One task written inside the caller's open transaction on ``conn`` (docs/design.md §15):
+    it exists if and only if the caller commits, and the insert's ``NOTIFY`` wakes workers at
+    that commit. A savepoint holds the write when a transaction is open, so a database error
+    leaves the caller's transaction usable; on an autocommit connection outside a
+    transaction the write is its own transaction, committed at once. The key is claimed in
+    ``sheetq_keys``: another transaction enqueueing the same key waits for this one to end.
+    Returns the outcome (``conflict`` too: its log row is written, the caller decides what
+    to raise). Raises ``SchemaError`` (exit 2) on a
+    database ``sheetq init`` has not prepared (schema 5 or later), ``StoreError`` for what
+    the server refuses."""
+    params = {
+        "queue": queue,
+        "type": task.type,
+        "payload": task.canonical,
+        "hash": task.payload_hash,
+        "key": task.key,
+        "not_before": task.not_before,
+        "owner": owner,
+        "task_id": new_task_id(),
+        "run_id": new_run_id("enqueue"),
+        "at": pretend(now),
+    }
+    # psycopg's transaction() is a savepoint inside an open transaction, but BEGIN … COMMIT
+    # when none is open: on a non-autocommit connection that has run nothing yet, the
+    # statement itself opens the caller's transaction, as any of the caller's would.
+    opens = not conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
+    try:
+        with (
+            nullcontext() if opens else conn.transaction(),
+            conn.cursor(row_factory=tuple_row) as cur,
+        ):
+            row = cur.execute(QUERIES["enqueue_keyed"], params).fetchone()
+    except psycopg.errors.UndefinedFunction:
+        raise SchemaError(
+            "the PostgreSQL database has no sheetq_enqueue_keyed function (an older sheetq "
+            "schema, or none): run `sheetq init`"
+        ) from None
+    except psycopg.errors.UndefinedTable:
+        raise SchemaError(
+            "the PostgreSQL database has no sheetq schema: run `sheetq init`"
+        ) from None
+    except psycopg.OperationalError as exc:
+        raise StoreUnavailable(
+            f"PostgreSQL: the connection failed during the enqueue: {printable(str(exc)).strip()}"
+        ) from None
+    except psycopg.Error as exc:
+        raise StoreError(f"PostgreSQL refused the enqueue: {printable(str(exc)).strip()}") from None
+    assert row is not None
+    outcome, task_id, status = (str(v) for v in row)
+    return Enqueued(outcome, task_id, task.key, status)

@@ -55,3 +55,11 @@ LIMIT 1;
 -- name: lock_timeout
 -- How long this transaction waits for a lock (%(ms)s, e.g. '1500ms'): a command's time limit.
 SELECT set_config('lock_timeout', %(ms)s, true);
+
+-- name: enqueue_keyed
+-- One task, already canonical and keyed, inside the caller's transaction (`sheetq.enqueue(conn,
+-- …)`; migration 0008's sheetq_enqueue_keyed): claim the key or find its holder, write the
+-- task and its log row. Returns outcome (enqueued | duplicate | conflict), task_id, status.
+SELECT outcome, task_id, status FROM sheetq_enqueue_keyed(
+    %(queue)s, %(type)s, %(payload)s, %(hash)s, %(key)s, %(not_before)s, %(owner)s,
+    %(task_id)s, %(run_id)s, %(at)s);

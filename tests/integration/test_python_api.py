@@ -1,0 +1,63 @@
+"""`sheetq.enqueue(type, payload)` without a connection, on every backend (docs/design.md §15):
+the configured queue is opened and the task committed, with the rules of `sheetq enqueue`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import sheetq
+from tests.conftest import Book, run_cli
+
+ON_POSTGRES = True
+
+
+def test_enqueue_duplicate_and_conflict(book: Book) -> None:
+    """A new task, then the same payload (a duplicate: the same task, nothing added), then
+    the same key with another payload (KeyConflict naming the task, nothing added); the CLI
+    sees the task as its own."""
+    done = sheetq.enqueue("lead", {"lead_id": "L-1", "phone": "+380501234567"})
+    assert isinstance(done, sheetq.EnqueueResult)
+    assert (done.outcome, done.idempotency_key, done.status) == (
+        "enqueued",
+        "lead:lead_id=L-1",
+        "pending",
+    )
+    again = sheetq.enqueue("lead", {"phone": "+380501234567", "lead_id": "L-1"})
+    assert again.duplicate and again.task_id == done.task_id
+    with pytest.raises(sheetq.KeyConflict) as caught:
+        sheetq.enqueue("lead", {"lead_id": "L-1", "phone": "+380000000000"})
+    assert caught.value.task_id == done.task_id and caught.value.exit_code == 3
+    rows = book.records()
+    assert [r["task_id"] for r in rows] == [done.task_id]
+    assert rows[0]["payload_json"] == '{"lead_id":"L-1","phone":"+380501234567"}'
+    cli = run_cli(["enqueue", "lead", '{"lead_id": "L-1", "phone": "+380501234567"}', "--json"])
+    assert cli.json()["outcome"] == "duplicate"
+
+
+def test_bad_input_writes_nothing(book: Book) -> None:
+    """A bad type, a payload that is not JSON, a naive `at`: InputError, nothing written."""
+    from datetime import datetime
+
+    for call in (
+        lambda: sheetq.enqueue("bad:type", {"a": 1}),
+        lambda: sheetq.enqueue("job", {"when": datetime(2026, 1, 1)}),
+        lambda: sheetq.enqueue("job", {"x": float("nan")}),
+        lambda: sheetq.enqueue("job", {"a": 1}, at=datetime(2026, 1, 1)),
+        lambda: sheetq.enqueue("job", {"a": 1}, key=" "),
+    ):
+        with pytest.raises(sheetq.InputError):
+            call()
+    assert book.records() == []
+
+
+def test_import_sheetq_stays_light() -> None:
+    """`import sheetq` loads neither the enqueue machinery nor any driver or web stack."""
+    code = (
+        "import sys, sheetq; heavy = [m for m in ('sheetq.api', 'sheetq.config', 'psycopg',"
+        " 'gspread', 'starlette', 'uvicorn', 'telegram') if m in sys.modules]; print(heavy)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
