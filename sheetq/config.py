@@ -79,7 +79,7 @@ _QUEUE_KEYS = {
     "batch_size",
 }
 _TELEGRAM_KEYS = {"chat_id", "thread_id", "template", "api_url"}
-_TOP_KEYS = {"queue", "defaults", "types", "connectors", "telegram", "mirror"}
+_TOP_KEYS = {"queue", "defaults", "types", "connectors", "telegram", "mirror", "ingress"}
 _MIRROR_KEYS = {"interval", "keep_finished"}
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*(\d*)\s*([a-z]+)\s*$", re.IGNORECASE)
@@ -211,6 +211,9 @@ class Settings:
     mirror_keep_finished: float = 7 * 86400.0  # seconds finished tasks stay in the mirror
     # every connector: those of [connectors.NAME] and one per type without `connector`
     connectors: Mapping[str, ConnectorConfig] = field(default_factory=dict)
+    # ``[ingress]`` as written (secrets unexpanded): ``sheetq serve`` reads it
+    # (``sheetq.ingress.config``), no other command needs it
+    ingress: Mapping[str, Any] = field(default_factory=dict)
 
     def type_config(self, name: str) -> TypeConfig:
         """The configuration of type ``name``; the defaults (no handler) if it is not configured."""
@@ -703,8 +706,15 @@ def load_settings(
         base_dir=base_dir,
         database_url=url,
         connectors=connectors,
+        ingress=_table(where, "[ingress]", raw.get("ingress", {})),
         **_mirror(raw.get("mirror", {})),
     )
+
+
+def _table(where: str, section: str, raw: Any) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where} {section}: expected a table")
+    return raw
 
 
 def _mirror(raw: Any) -> dict[str, float]:

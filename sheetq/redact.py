@@ -83,13 +83,23 @@ def url_passwords(url: str) -> list[str]:
 
 def own_secrets(telegram_token: str = "") -> list[str]:
     """sheetq's own secrets as literal values to mask: the bot token (``telegram_token``,
-    default ``TELEGRAM_BOT_TOKEN``). Long and distinctive, so replacing it alters nothing
-    else. The database password is not here: it is masked by position
-    (``mask_credentials``), never by its letters."""
+    default ``TELEGRAM_BOT_TOKEN``) and those given to ``register_secret``. Long and
+    distinctive, so replacing them alters nothing else. The database password is not here:
+    it is masked by position (``mask_credentials``), never by its letters."""
     import os
 
     token = telegram_token or os.environ.get("TELEGRAM_BOT_TOKEN", "")
-    return [token] if token else []
+    return ([token] if token else []) + sorted(_REGISTERED)
+
+
+_REGISTERED: set[str] = set()
+
+
+def register_secret(value: str) -> None:
+    """Mask ``value`` too wherever sheetq's own secrets are masked (every log record, the
+    unexpected-error line): ``sheetq serve``'s webhook secrets, once expanded."""
+    if value and len(value) >= 4:
+        _REGISTERED.add(value)
 
 
 def redact(

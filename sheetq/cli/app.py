@@ -129,7 +129,7 @@ app.command()(manage.init)
 
 
 def _register_lazy() -> None:
-    from sheetq.cli import alert, archive, demo, doctor, migrate, mirror, stats, worker
+    from sheetq.cli import alert, archive, demo, doctor, migrate, mirror, serve, stats, worker
     from sheetq.cli.connector import connector_app
 
     app.command()(archive.archive)
@@ -141,6 +141,7 @@ def _register_lazy() -> None:
     app.command()(migrate.migrate)
     app.command()(mirror.mirror)
     app.add_typer(connector_app)
+    app.command()(serve.serve)
 
 
 _register_lazy()
