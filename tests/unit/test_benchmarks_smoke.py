@@ -89,3 +89,19 @@ def test_run_py_prints_one_json_table(monkeypatch: pytest.MonkeyPatch) -> None:
     assert sections == {"2 cpu (local)", "3 startup", "4 memory"}
     assert all(row["value"] != "n/a" for row in doc["rows"]), doc["rows"]
     assert (ROOT / "benchmarks" / "README.md").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.google
+def test_ingress_benchmark_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    """benchmarks/ingress.py on tiny sizes: serve needs fewer requests per webhook than one
+    `sheetq enqueue` per webhook (60 a minute), and prints its local rate and latency."""
+    from benchmarks.ingress import main
+
+    assert main(["--requests", "20", "--burst", "20", "--one-by-one", "2", "--skip-postgres",
+                 "--json"]) == 0  # fmt: skip
+    rows = {r["measure"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    serve = rows["webhooks/min within quota: serve (batch_window 1s)"]["value"]
+    assert rows["webhooks/min within quota: one enqueue per webhook"]["value"] == 60
+    assert serve > 60
+    assert rows["serve: requests/s"]["value"] > 0 and rows["serve: p99 latency"]["value"] > 0
