@@ -156,7 +156,7 @@ class Service:
             open_store,
             clock=clock,
             window=ingress.batch_window if google else 0.0,
-            reopen=google or not settings.database_url,
+            reopen=google,
             on_batch=self._batched,
         )
         self._status_every = STATUS_EVERY["google" if google else "other"]

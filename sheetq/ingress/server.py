@@ -42,7 +42,8 @@ def bind(host: str, port: int) -> socket.socket:
 def make_service(settings: Settings, ingress: Ingress, *, clock: Clock) -> Service:
     """The service over the configured queue: Google writes in batches of ``batch_window``
     and opens the spreadsheet per batch (each bounded by ``SHEETQ_ENQUEUE_TIMEOUT``); the
-    local workbook per write; PostgreSQL keeps one connection."""
+    local workbook (its lock wait bounded by ``SHEETQ_ENQUEUE_TIMEOUT``) and PostgreSQL
+    (one connection) stay open until a write fails."""
     google = not settings.database_url and not is_local(settings.spreadsheet)
 
     def open_store() -> QueuePort:
