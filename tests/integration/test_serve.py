@@ -339,3 +339,22 @@ def test_bad_configuration_exits_2_without_the_secret(
     write_config('[ingress.routes.a]\ntype = "lead"\nsignature = "github"\nsecret = "${NOPE}"\n')
     r = run_cli(["serve"])
     assert r.code == 2 and "NOPE is not set" in r.stderr
+
+
+@pytest.mark.slow
+def test_postgres_unreachable_answers_503_with_retry_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, serve: Callable[..., Server]
+) -> None:
+    """A database nobody answers for: 503 with Retry-After, /healthz 503, no password in
+    any output."""
+    monkeypatch.delenv("SHEETQ_SPREADSHEET", raising=False)
+    monkeypatch.setenv("SHEETQ_DATABASE_URL", "postgresql://sheetq:pa55word-x@127.0.0.1:9/jobs")
+    server = serve(window="0s")
+    down = server.tilda({"lead_id": "L-1"})
+    assert down.status_code == 503 and down.headers["Retry-After"] == "30"
+    assert httpx.get(f"{server.url}/healthz").status_code == 503
+    metrics = httpx.get(f"{server.url}/metrics")
+    assert metrics.status_code == 200
+    code, output = server.stop()
+    assert code == 0
+    assert "pa55word-x" not in output + metrics.text + down.text
