@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 from sheetq.checks import Check, fine, problem
 from sheetq.config import HandlerSpec, Settings, TypeConfig, expand, load_settings
 from sheetq.errors import ConfigError
+from sheetq.ingress.config import load_ingress
 from sheetq.sheet import is_local
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -118,6 +119,8 @@ def check_configuration(
             hint = "to run tasks, copy templates/sheetq.toml"
         checks = [fine("configuration", detail, hint)]
     checks += _env_files(where)
+    if settings.ingress:
+        checks.append(_ingress(settings, env))
     target = settings.spreadsheet
     if settings.database_url and not target:
         checks.append(
@@ -136,6 +139,19 @@ def check_configuration(
             fine("spreadsheet", f"Google spreadsheet {target} via {settings.sheets_api_url}")
         )
     return settings, checks
+
+
+def _ingress(settings: Settings, env: Mapping[str, str]) -> Check:
+    """``[ingress]`` as ``sheetq serve`` would load it: its routes, or what is wrong (a secret
+    variable not set, ``none`` off loopback), never a secret's value."""
+    try:
+        ingress = load_ingress(settings, env=env)
+    except ConfigError as exc:
+        return problem("ingress", exc.message, "fix [ingress] before `sheetq serve` starts")
+    routes = ", ".join(
+        f"/hooks/{r.name} → {r.type} ({r.signature})" for r in ingress.routes.values()
+    )
+    return fine("ingress", f"listen {ingress.host}:{ingress.port}; {routes}")
 
 
 def _env_files(config: Path) -> list[Check]:

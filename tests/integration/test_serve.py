@@ -358,3 +358,26 @@ def test_postgres_unreachable_answers_503_with_retry_after(
     code, output = server.stop()
     assert code == 0
     assert "pa55word-x" not in output + metrics.text + down.text
+
+
+def test_doctor_checks_the_ingress_without_showing_a_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`sheetq doctor` loads [ingress] as serve would: its routes, or the variable missing."""
+    from tests.conftest import run_cli
+
+    monkeypatch.setenv("SHEETQ_SPREADSHEET", f"local:{tmp_path / 'book.db'}")
+    assert run_cli(["init"]).code == 0
+    write_config(
+        '[ingress.routes.tilda]\ntype = "lead"\nsignature = "hmac-sha256"\n'
+        'secret = "${TILDA_SECRET}"\n'
+    )
+    missing = run_cli(["doctor", "--json"])
+    assert missing.code == 1
+    (line,) = [c for c in missing.json()["checks"] if c["check"] == "ingress"]
+    assert not line["ok"] and "TILDA_SECRET is not set" in line["detail"]
+    monkeypatch.setenv("TILDA_SECRET", SECRET)
+    good = run_cli(["doctor", "--json"])
+    (line,) = [c for c in good.json()["checks"] if c["check"] == "ingress"]
+    assert line["ok"] and "/hooks/tilda → lead (hmac-sha256)" in line["detail"]
+    assert SECRET not in good.stdout + good.stderr
