@@ -65,7 +65,7 @@ log = logging.getLogger("sheetq.serve")
 disable_created_metrics()  # type: ignore[no-untyped-call]  # no *_created series
 
 RETRY_AFTER = 30  # seconds a sender is asked to wait when the store cannot be reached
-STATUS_EVERY = {"google": 60.0, "other": 5.0}  # seconds between reads of the queue's counts
+STATUS_EVERY = {"google": 300.0, "other": 5.0}  # seconds between reads of the queue's counts
 _BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 1.5, 2.5, 5.0, 10.0, 30.0)
 
 
