@@ -47,7 +47,7 @@ from sheetq.errors import (
 from sheetq.model import Task
 
 if TYPE_CHECKING:
-    from sheetq.api import SQLSTATE_CONFLICT, EnqueueResult, enqueue
+    from sheetq.api import SQLSTATE_CONFLICT, EnqueueResult, enqueue, enqueue_async
 
 __all__ = [
     "SQLSTATE_CONFLICT",
@@ -68,10 +68,11 @@ __all__ = [
     "Task",
     "UsageError",
     "enqueue",
+    "enqueue_async",
 ]
 __version__ = "0.1.0"
 
-_LAZY = {"enqueue", "EnqueueResult", "SQLSTATE_CONFLICT"}
+_LAZY = {"enqueue", "enqueue_async", "EnqueueResult", "SQLSTATE_CONFLICT"}
 
 
 def __getattr__(name: str) -> Any:

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     import psycopg
 
     from sheetq.accept import Enqueued, NewTask
+    from sheetq.clock import Clock
     from sheetq.config import Settings
 
 # The SQLSTATE that the SQL function sheetq_enqueue raises for a conflict.
@@ -131,6 +132,60 @@ def enqueue(
     ``StoreUnavailable`` when it cannot be reached (all are ``sheetq.SheetqError``).
     """
     conn, task_type, payload = _arguments(args)
+    settings, task, clock = _task(
+        task_type, payload, key, delay, at, priority, group, queue, config, conn is None
+    )
+    if conn is not None:
+        from sheetq.postgres.enqueue import enqueue_in
+
+        owner = settings.type_config(task_type).owner
+        done = enqueue_in(conn, settings.queue_sheet, task, owner=owner, now=clock.now())
+    else:
+        done = _committed(settings, task, clock)
+    return _result(task_type, done)
+
+
+async def enqueue_async(
+    conn: psycopg.AsyncConnection[Any],
+    type: str,
+    payload: Mapping[str, Any],
+    /,
+    *,
+    key: str | None = None,
+    delay: float | timedelta | None = None,
+    at: datetime | None = None,
+    priority: int | None = None,
+    group: str | None = None,
+    queue: str | None = None,
+    config: str | os.PathLike[str] | None = None,
+) -> EnqueueResult:
+    """``enqueue(conn, …)`` for a psycopg 3 ``AsyncConnection`` (asyncio applications):
+    the task is written inside the caller's transaction with the same rules, results and
+    errors."""
+    if conn is None or isinstance(conn, str):
+        raise TypeError("enqueue_async(): the first argument is a psycopg AsyncConnection")
+    settings, task, clock = _task(type, payload, key, delay, at, priority, group, queue, config)
+    from sheetq.postgres.enqueue import enqueue_in_async
+
+    owner = settings.type_config(type).owner
+    done = await enqueue_in_async(conn, settings.queue_sheet, task, owner=owner, now=clock.now())
+    return _result(type, done)
+
+
+def _task(
+    task_type: Any,
+    payload: Any,
+    key: str | None,
+    delay: float | timedelta | None,
+    at: datetime | None,
+    priority: int | None,
+    group: str | None,
+    queue: str | None,
+    config: str | os.PathLike[str] | None,
+    need_store: bool = False,
+) -> tuple[Settings, NewTask, Clock]:
+    """The settings, the keyed task with its not-before time, and the clock; every input
+    checked before anything is opened."""
     if priority is not None or group is not None:
         name = "priority" if priority is not None else "group"
         raise UsageError(
@@ -142,22 +197,14 @@ def enqueue(
 
     settings = load_settings(
         config=os.fspath(config) if config is not None else None,
-        require_spreadsheet=conn is None,
+        require_spreadsheet=need_store,
     )
     if queue is not None:
         settings = replace(settings, queue_sheet=_queue_name(queue))
     clock = clock_from_env()
     task = _prepare(task_type, payload, key, settings)
-    not_before = _not_before(delay, at, clock.now())
-    if conn is not None:
-        from sheetq.postgres.enqueue import enqueue_in
-
-        task.not_before = not_before
-        owner = settings.type_config(task_type).owner
-        done = enqueue_in(conn, settings.queue_sheet, task, owner=owner, now=clock.now())
-    else:
-        done = _committed(settings, task, not_before, clock)
-    return _result(task_type, done)
+    task.not_before = _not_before(delay, at, clock.now())
+    return settings, task, clock
 
 
 def _arguments(args: tuple[Any, ...]) -> tuple[Any, str, Any]:
@@ -228,11 +275,10 @@ def _not_before(
     return None
 
 
-def _committed(
-    settings: Settings, task: NewTask, not_before: datetime | None, clock: Any
-) -> Enqueued:
+def _committed(settings: Settings, task: NewTask, clock: Clock) -> Enqueued:
     from sheetq.backends import open_queue
 
+    not_before = task.not_before
     store = open_queue(
         settings,
         time_limit=settings.enqueue_timeout,

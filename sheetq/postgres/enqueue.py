@@ -23,7 +23,7 @@ from psycopg.rows import tuple_row
 
 from sheetq.accept import Decided, Enqueued, KnownKey, NewTask, decide_keys
 from sheetq.config import Settings
-from sheetq.errors import SchemaError, StoreError, StoreUnavailable
+from sheetq.errors import SchemaError, SheetqError, StoreError, StoreUnavailable
 from sheetq.model import MAX_ERROR_CHARS, Status, new_run_id, new_task_id
 from sheetq.postgres.manage import stamp
 from sheetq.postgres.queries import QUERIES
@@ -134,6 +134,43 @@ def _insert_log(
             )  # fmt: skip
 
 
+def _keyed_params(queue: str, task: NewTask, *, owner: str, now: datetime) -> dict[str, Any]:
+    return {
+        "queue": queue,
+        "type": task.type,
+        "payload": task.canonical,
+        "hash": task.payload_hash,
+        "key": task.key,
+        "not_before": task.not_before,
+        "owner": owner,
+        "task_id": new_task_id(),
+        "run_id": new_run_id("enqueue"),
+        "at": pretend(now),
+    }
+
+
+def _refused(exc: psycopg.Error) -> SheetqError:
+    """What the caller is told when the server refused the write."""
+    if isinstance(exc, psycopg.errors.UndefinedFunction):
+        return SchemaError(
+            "the PostgreSQL database has no sheetq_enqueue_keyed function (an older sheetq "
+            "schema, or none): run `sheetq init`"
+        )
+    if isinstance(exc, psycopg.errors.UndefinedTable):
+        return SchemaError("the PostgreSQL database has no sheetq schema: run `sheetq init`")
+    if isinstance(exc, psycopg.OperationalError):
+        return StoreUnavailable(
+            f"PostgreSQL: the connection failed during the enqueue: {printable(str(exc)).strip()}"
+        )
+    return StoreError(f"PostgreSQL refused the enqueue: {printable(str(exc)).strip()}")
+
+
+def _outcome(row: Any, task: NewTask) -> Enqueued:
+    assert row is not None
+    outcome, task_id, status = (str(v) for v in row)
+    return Enqueued(outcome, task_id, task.key, status)
+
+
 def enqueue_in(
     conn: psycopg.Connection[Any],
     queue: str,
@@ -149,21 +186,10 @@ def enqueue_in(
     transaction the write is its own transaction, committed at once. The key is claimed in
     ``sheetq_keys``: another transaction enqueueing the same key waits for this one to end.
     Returns the outcome (``conflict`` too: its log row is written, the caller decides what
-    to raise). Raises ``SchemaError`` (exit 2) on a
-    database ``sheetq init`` has not prepared (schema 5 or later), ``StoreError`` for what
-    the server refuses."""
-    params = {
-        "queue": queue,
-        "type": task.type,
-        "payload": task.canonical,
-        "hash": task.payload_hash,
-        "key": task.key,
-        "not_before": task.not_before,
-        "owner": owner,
-        "task_id": new_task_id(),
-        "run_id": new_run_id("enqueue"),
-        "at": pretend(now),
-    }
+    to raise). Raises ``SchemaError`` (exit 2) on a database ``sheetq init`` has not
+    prepared, ``StoreUnavailable`` when the connection fails, ``StoreError`` for what the
+    server refuses."""
+    params = _keyed_params(queue, task, owner=owner, now=now)
     # psycopg's transaction() is a savepoint inside an open transaction, but BEGIN … COMMIT
     # when none is open: on a non-autocommit connection that has run nothing yet, the
     # statement itself opens the caller's transaction, as any of the caller's would.
@@ -174,21 +200,29 @@ def enqueue_in(
             conn.cursor(row_factory=tuple_row) as cur,
         ):
             row = cur.execute(QUERIES["enqueue_keyed"], params).fetchone()
-    except psycopg.errors.UndefinedFunction:
-        raise SchemaError(
-            "the PostgreSQL database has no sheetq_enqueue_keyed function (an older sheetq "
-            "schema, or none): run `sheetq init`"
-        ) from None
-    except psycopg.errors.UndefinedTable:
-        raise SchemaError(
-            "the PostgreSQL database has no sheetq schema: run `sheetq init`"
-        ) from None
-    except psycopg.OperationalError as exc:
-        raise StoreUnavailable(
-            f"PostgreSQL: the connection failed during the enqueue: {printable(str(exc)).strip()}"
-        ) from None
     except psycopg.Error as exc:
-        raise StoreError(f"PostgreSQL refused the enqueue: {printable(str(exc)).strip()}") from None
-    assert row is not None
-    outcome, task_id, status = (str(v) for v in row)
-    return Enqueued(outcome, task_id, task.key, status)
+        raise _refused(exc) from None
+    return _outcome(row, task)
+
+
+async def enqueue_in_async(
+    conn: psycopg.AsyncConnection[Any],
+    queue: str,
+    task: NewTask,
+    *,
+    owner: str,
+    now: datetime,
+) -> Enqueued:
+    """``enqueue_in`` on an ``AsyncConnection``: the same statement, savepoint and errors."""
+    params = _keyed_params(queue, task, owner=owner, now=now)
+    opens = not conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
+    try:
+        async with (
+            nullcontext() if opens else conn.transaction(),
+            conn.cursor(row_factory=tuple_row) as cur,
+        ):
+            await cur.execute(QUERIES["enqueue_keyed"], params)
+            row = await cur.fetchone()
+    except psycopg.Error as exc:
+        raise _refused(exc) from None
+    return _outcome(row, task)

@@ -235,3 +235,24 @@ def test_sql_function_enqueues_duplicates_and_raises_the_documented_sqlstate(
     row = PgBook(pg_url).row_of(first[1])
     assert row["payload_json"] == '{"order_id":"A-7","total":12.5}'
     assert datetime.fromisoformat(row["created_at"]) <= datetime.now(UTC)
+
+
+def test_enqueue_async_in_an_asyncio_transaction(pg_url: str) -> None:
+    """sheetq.enqueue_async on a psycopg AsyncConnection: a rollback leaves nothing, a
+    commit the task; a duplicate returns it, a conflict raises KeyConflict."""
+    import asyncio
+
+    async def scenario() -> str:
+        async with await psycopg.AsyncConnection.connect(pg_url) as conn:
+            await sheetq.enqueue_async(conn, "order", {"order_id": "A-1"})
+            await conn.rollback()
+            assert _count(pg_url, "sheetq_tasks") == 0
+            first = await sheetq.enqueue_async(conn, "order", {"order_id": "A-1"})
+            again = await sheetq.enqueue_async(conn, "order", {"order_id": "A-1"})
+            assert again.duplicate and again.task_id == first.task_id
+            with pytest.raises(sheetq.KeyConflict):
+                await sheetq.enqueue_async(conn, "order", {"order_id": "A-1", "total": 2})
+        return first.task_id
+
+    task_id = asyncio.run(scenario())
+    assert [r["task_id"] for r in PgBook(pg_url).records()] == [task_id]
