@@ -245,7 +245,10 @@ def _prepare(task_type: Any, payload: Any, key: str | None, settings: Settings) 
     except (TypeError, ValueError) as exc:
         raise InputError(f"enqueue: payload: not JSON: {exc}") from None
     body = parse_payload(text, where="enqueue: payload")
-    (task,) = prepare(task_type, [(None, body)], settings, key=key, source="enqueue: payload")
+    try:
+        (task,) = prepare(task_type, [(None, body)], settings, key=key, source="enqueue: payload")
+    except InputError as exc:  # the key's checks speak of the CLI's --key
+        raise InputError(exc.message.replace("--key:", "enqueue: key:", 1)) from None
     return task
 
 
