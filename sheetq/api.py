@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-from sheetq.errors import InputError, KeyConflict, UsageError
+from sheetq.errors import InputError, KeyConflict
 
 if TYPE_CHECKING:
     import psycopg
@@ -119,8 +119,9 @@ def enqueue(
     (stored as ``TYPE:key``); default: the type's ``key_fields``, then ``lead_id`` /
     ``order_id`` / ``event_id``, then the payload's hash. ``delay`` (seconds, or a
     ``timedelta``) or ``at`` (a timezone-aware ``datetime``): not before then.
-    ``priority``, ``group``: docs/design.md §14, not available in this version: a value
-    other than ``None`` raises ``UsageError``. ``queue``: the Queue's name (default: the
+    ``priority`` (an integer, higher runs first; default: the type's) and ``group`` (tasks
+    of one group run one at a time, in enqueue order; default: the type's
+    ``group_fields``): docs/design.md §14. ``queue``: the Queue's name (default: the
     configured one, ``Queue``); ``config``: the ``sheetq.toml`` to read (default
     ``SHEETQ_CONFIG``, else ``./sheetq.toml`` if present).
 
@@ -138,8 +139,15 @@ def enqueue(
     if conn is not None:
         from sheetq.postgres.enqueue import enqueue_in
 
-        owner = settings.type_config(task_type).owner
-        done = enqueue_in(conn, settings.queue_sheet, task, owner=owner, now=clock.now())
+        kind = settings.type_config(task_type)
+        done = enqueue_in(
+            conn,
+            settings.queue_sheet,
+            task,
+            owner=kind.owner,
+            group_blocks=kind.group_blocks_on_failure,
+            now=clock.now(),
+        )
     else:
         done = _committed(settings, task, clock)
     return _result(task_type, done)
@@ -167,8 +175,15 @@ async def enqueue_async(
     settings, task, clock = _task(type, payload, key, delay, at, priority, group, queue, config)
     from sheetq.postgres.enqueue import enqueue_in_async
 
-    owner = settings.type_config(type).owner
-    done = await enqueue_in_async(conn, settings.queue_sheet, task, owner=owner, now=clock.now())
+    kind = settings.type_config(type)
+    done = await enqueue_in_async(
+        conn,
+        settings.queue_sheet,
+        task,
+        owner=kind.owner,
+        group_blocks=kind.group_blocks_on_failure,
+        now=clock.now(),
+    )
     return _result(type, done)
 
 
@@ -186,12 +201,6 @@ def _task(
 ) -> tuple[Settings, NewTask, Clock]:
     """The settings, the keyed task with its not-before time, and the clock; every input
     checked before anything is opened."""
-    if priority is not None or group is not None:
-        name = "priority" if priority is not None else "group"
-        raise UsageError(
-            f"enqueue: {name}: task priorities and groups (docs/design.md §14) are not in "
-            "this version of sheetq; leave it None"
-        )
     from sheetq.clock import clock_from_env
     from sheetq.config import load_settings
 
@@ -202,7 +211,7 @@ def _task(
     if queue is not None:
         settings = replace(settings, queue_sheet=_queue_name(queue))
     clock = clock_from_env()
-    task = _prepare(task_type, payload, key, settings)
+    task = _prepare(task_type, payload, key, priority, group, settings)
     task.not_before = _not_before(delay, at, clock.now())
     return settings, task, clock
 
@@ -227,7 +236,14 @@ def _queue_name(queue: str) -> str:
     return queue.strip()
 
 
-def _prepare(task_type: Any, payload: Any, key: str | None, settings: Settings) -> NewTask:
+def _prepare(
+    task_type: Any,
+    payload: Any,
+    key: str | None,
+    priority: int | None,
+    group: str | None,
+    settings: Settings,
+) -> NewTask:
     from sheetq.accept import prepare
     from sheetq.config import TYPE_PATTERN, TYPE_RULE
     from sheetq.idempotency import parse_payload
@@ -240,15 +256,30 @@ def _prepare(task_type: Any, payload: Any, key: str | None, settings: Settings) 
         )
     if key is not None and not isinstance(key, str):
         raise InputError(f"enqueue: key: expected a string, got {type(key).__name__}")
+    if group is not None and not isinstance(group, str):
+        raise InputError(f"enqueue: group: expected a string, got {type(group).__name__}")
+    if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
+        raise InputError(f"enqueue: priority: expected an integer, got {priority!r}")
     try:
         text = json.dumps(dict(payload), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InputError(f"enqueue: payload: not JSON: {exc}") from None
     body = parse_payload(text, where="enqueue: payload")
     try:
-        (task,) = prepare(task_type, [(None, body)], settings, key=key, source="enqueue: payload")
-    except InputError as exc:  # the key's checks speak of the CLI's --key
-        raise InputError(exc.message.replace("--key:", "enqueue: key:", 1)) from None
+        (task,) = prepare(
+            task_type,
+            [(None, body)],
+            settings,
+            key=key,
+            source="enqueue: payload",
+            priority=priority,
+            group=group,
+        )
+    except InputError as exc:  # the checks speak of the CLI's --key, --priority, --group
+        message = exc.message
+        for flag in ("--key", "--priority", "--group"):
+            message = message.replace(flag, f"enqueue: {flag[2:]}", 1)
+        raise InputError(message) from None
     return task
 
 

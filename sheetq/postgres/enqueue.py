@@ -134,8 +134,13 @@ def _insert_log(
             )  # fmt: skip
 
 
-def _keyed_params(queue: str, task: NewTask, *, owner: str, now: datetime) -> dict[str, Any]:
+def _keyed_params(
+    queue: str, task: NewTask, *, owner: str, group_blocks: bool, now: datetime
+) -> dict[str, Any]:
     return {
+        "priority": task.priority,
+        "group": task.group,
+        "group_blocks": group_blocks and bool(task.group),
         "queue": queue,
         "type": task.type,
         "payload": task.canonical,
@@ -177,6 +182,7 @@ def enqueue_in(
     task: NewTask,
     *,
     owner: str,
+    group_blocks: bool = False,
     now: datetime,
 ) -> Enqueued:
     """One task written inside the caller's open transaction on ``conn`` (docs/design.md §15):
@@ -189,7 +195,7 @@ def enqueue_in(
     to raise). Raises ``SchemaError`` (exit 2) on a database ``sheetq init`` has not
     prepared, ``StoreUnavailable`` when the connection fails, ``StoreError`` for what the
     server refuses."""
-    params = _keyed_params(queue, task, owner=owner, now=now)
+    params = _keyed_params(queue, task, owner=owner, group_blocks=group_blocks, now=now)
     # psycopg's transaction() is a savepoint inside an open transaction, but BEGIN … COMMIT
     # when none is open: on a non-autocommit connection that has run nothing yet, the
     # statement itself opens the caller's transaction, as any of the caller's would.
@@ -211,10 +217,11 @@ async def enqueue_in_async(
     task: NewTask,
     *,
     owner: str,
+    group_blocks: bool = False,
     now: datetime,
 ) -> Enqueued:
     """``enqueue_in`` on an ``AsyncConnection``: the same statement, savepoint and errors."""
-    params = _keyed_params(queue, task, owner=owner, now=now)
+    params = _keyed_params(queue, task, owner=owner, group_blocks=group_blocks, now=now)
     opens = not conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
     try:
         async with (

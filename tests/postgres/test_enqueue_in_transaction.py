@@ -150,12 +150,12 @@ def test_commit_wakes_a_worker_within_a_second_and_not_before(
 
 def test_without_conn_and_delay_on_postgres(pg_url: str) -> None:
     """Without conn the configured queue is opened and the task committed; `delay` sets the
-    not-before time; priority/group are refused clearly (not in this version)."""
+    not-before time; a priority that is no integer and a naive `at` are refused."""
     done = sheetq.enqueue("job", {"n": 1}, delay=timedelta(minutes=10))
     row = PgBook(pg_url).row_of(done.task_id)
     assert row["status"] == "pending" and row["next_retry_at"]
-    with pytest.raises(sheetq.UsageError, match="priority"):
-        sheetq.enqueue("job", {"n": 2}, priority=5)
+    with pytest.raises(sheetq.InputError, match="enqueue: priority"):
+        sheetq.enqueue("job", {"n": 2}, priority="high")  # type: ignore[arg-type]
     with psycopg.connect(pg_url) as conn, pytest.raises(sheetq.InputError, match="naive"):
         sheetq.enqueue(conn, "job", {"n": 3}, at=datetime(2030, 1, 1))
     assert _count(pg_url, "sheetq_tasks") == 1
@@ -256,3 +256,25 @@ def test_enqueue_async_in_an_asyncio_transaction(pg_url: str) -> None:
 
     task_id = asyncio.run(scenario())
     assert [r["task_id"] for r in PgBook(pg_url).records()] == [task_id]
+
+
+def test_priority_and_group_in_the_transaction_and_in_sql(pg_url: str) -> None:
+    """priority= and group= (docs/design.md §14) are written by sheetq.enqueue(conn, …) and
+    by sheetq_enqueue(…, priority, task_group): the type's priority by default, a grouped
+    task behind its group's earlier one."""
+    write_config('[types.deal]\npriority = 3\ngroup_fields = ["deal_id"]\n')
+    with psycopg.connect(pg_url) as conn:
+        first = sheetq.enqueue(conn, "deal", {"deal_id": 7, "stage": "new"})
+        urgent = sheetq.enqueue(conn, "deal", {"deal_id": 8}, priority=50, group="vip")
+        conn.execute(
+            "SELECT * FROM sheetq_enqueue('Queue', 'deal', '{\"deal_id\": 7, \"stage\": \"won\"}',"
+            " priority => 3, task_group => 'deal_id=7')"
+        )
+    book = PgBook(pg_url)
+    rows = {r["task_id"]: r for r in book.records()}
+    assert rows[first.task_id]["priority"] == "3" and rows[first.task_id]["group"] == "deal_id=7"
+    assert rows[urgent.task_id]["priority"] == "50" and rows[urgent.task_id]["group"] == "vip"
+    with psycopg.connect(pg_url) as conn:
+        held = dict(conn.execute("SELECT task_id, held FROM sheetq_tasks").fetchall())
+    second = next(t for t in rows if t not in (first.task_id, urgent.task_id))
+    assert held == {first.task_id: False, urgent.task_id: False, second: True}

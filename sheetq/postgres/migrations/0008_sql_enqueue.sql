@@ -192,10 +192,13 @@ END $$;
 -- those in Python; sheetq_enqueue below in SQL): claim the key, then insert the task and its
 -- `enqueued` log row; or, the key being held, log `duplicate` (same payload hash) or
 -- `conflict` and return the holder. Stamped at the second of p_at (a pretended time,
--- SHEETQ_NOW) or of the statement (plus the test clock's `sheetq.offset`, as sheetq_now()). Returns (outcome, task_id, status, holder's hash).
+-- SHEETQ_NOW) or of the statement (plus the test clock's `sheetq.offset`, as sheetq_now()).
+-- p_priority, p_group, p_group_blocks: docs/design.md §14 (a grouped task starts held).
+-- Returns (outcome, task_id, status, holder's hash).
 CREATE FUNCTION sheetq_enqueue_keyed(
     p_queue text, p_type text, p_payload text, p_hash text, p_key text,
-    p_not_before timestamptz, p_owner text, p_task_id text, p_run_id text, p_at timestamptz
+    p_not_before timestamptz, p_owner text, p_task_id text, p_run_id text, p_at timestamptz,
+    p_priority integer, p_group text, p_group_blocks boolean
 ) RETURNS TABLE (outcome text, task_id text, status text, holder_hash text)
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
@@ -208,10 +211,14 @@ BEGIN
     VALUES (p_queue, p_key, p_task_id, p_hash)
     ON CONFLICT (queue, idempotency_key) DO NOTHING;
     IF FOUND THEN
+        -- a grouped task starts held: the groups trigger (migration 6) frees its group's head
         INSERT INTO sheetq_tasks (queue, task_id, created_at, type, payload_json, status,
-            retry_count, next_retry_at, idempotency_key, updated_at, payload_hash, owner)
+            retry_count, next_retry_at, idempotency_key, updated_at, payload_hash, owner,
+            priority, "group", group_blocks, held)
         VALUES (p_queue, p_task_id, moment, p_type, p_payload, 'pending', 0, p_not_before,
-            p_key, moment, p_hash, coalesce(p_owner, ''));
+            p_key, moment, p_hash, coalesce(p_owner, ''), coalesce(p_priority, 0),
+            coalesce(p_group, ''), coalesce(p_group_blocks, false) AND coalesce(p_group, '') <> '',
+            coalesce(p_group, '') <> '');
         message := CASE WHEN p_not_before IS NULL THEN '' ELSE
             'delayed until ' || to_char(p_not_before AT TIME ZONE 'UTC',
                                         'YYYY-MM-DD"T"HH24:MI:SS"Z"') END;
@@ -249,20 +256,25 @@ END $$;
 
 -- For any language: enqueue a task into `queue` inside the caller's transaction, with the
 -- rules of docs/design.md §4 (`key_fields`: the type's, as sheetq.toml gives them; `owner`:
--- the type's owner). Returns one row (outcome 'enqueued' or 'duplicate', task_id,
--- idempotency_key, status). Errors: SQLSTATE SQ409 for a conflict (the key is held by a task
--- with another payload; DETAIL names it; the transaction is then aborted unless the caller
--- catches it, e.g. in a savepoint, so no `conflict` log row stays); 22023 for bad input (a
--- type sheetq refuses, a payload that is not an object or over 50,000 characters, a bad key).
+-- the type's owner; `priority`, `task_group`, `group_blocks`: docs/design.md §14, the
+-- task's priority, its group and the type's group_blocks_on_failure). Returns one row
+-- (outcome 'enqueued' or 'duplicate', task_id, idempotency_key, status). Errors: SQLSTATE
+-- SQ409 for a conflict (the key is held by a task with another payload; DETAIL names it; the
+-- transaction is then aborted unless the caller catches it, e.g. in a savepoint, so no
+-- `conflict` log row stays); 22023 for bad input (a type sheetq refuses, a payload that is
+-- not an object or over 50,000 characters, a bad key, priority or group).
 CREATE FUNCTION sheetq_enqueue(
     queue text, type text, payload jsonb, key text DEFAULT NULL,
-    not_before timestamptz DEFAULT NULL, key_fields text[] DEFAULT NULL, owner text DEFAULT ''
+    not_before timestamptz DEFAULT NULL, key_fields text[] DEFAULT NULL, owner text DEFAULT '',
+    priority integer DEFAULT 0, task_group text DEFAULT '', group_blocks boolean DEFAULT false
 ) RETURNS TABLE (outcome text, task_id text, idempotency_key text, status text)
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     canonical text;
     hash text;
     k text;
+    g text := normalize(regexp_replace(coalesce(task_group, ''),
+                                       '^[[:space:]]+|[[:space:]]+$', '', 'g'), NFC);
     done record;
 BEGIN
     IF type IS NULL OR type !~ '^[A-Za-z0-9][A-Za-z0-9_./-]{0,99}$' THEN
@@ -278,6 +290,14 @@ BEGIN
         RAISE EXCEPTION 'sheetq_enqueue: payload: expected a JSON object, got %',
             coalesce(jsonb_typeof(payload), 'NULL') USING ERRCODE = '22023';
     END IF;
+    IF priority IS NULL OR priority NOT BETWEEN -1000000000 AND 1000000000 THEN
+        RAISE EXCEPTION 'sheetq_enqueue: priority: expected an integer from -1,000,000,000 '
+            'to 1,000,000,000' USING ERRCODE = '22023';
+    END IF;
+    IF length(g) > 200 OR g ~ '[\x01-\x1f\x7f-\x9f\u2028\u2029]' THEN
+        RAISE EXCEPTION 'sheetq_enqueue: task_group: at most 200 characters on one line'
+            USING ERRCODE = '22023';
+    END IF;
     canonical := sheetq_canonical(payload);
     -- a spreadsheet cell's limit, in UTF-16 code units (sheetq.idempotency.cell_length)
     IF length(canonical) + length(regexp_replace(canonical, '[^\U00010000-\U0010FFFF]', '', 'g'))
@@ -288,7 +308,8 @@ BEGIN
     hash := 'sha256:' || encode(sha256(convert_to(canonical, 'UTF8')), 'hex');
     k := sheetq_derive_key(type, payload, key, key_fields, hash);
     SELECT * INTO done FROM sheetq_enqueue_keyed(queue, type, canonical, hash, k, not_before,
-        owner, 't_' || sheetq_ulid(), 'enqueue_' || sheetq_ulid(), NULL);
+        owner, 't_' || sheetq_ulid(), 'enqueue_' || sheetq_ulid(), NULL, priority, g,
+        group_blocks);
     IF done.outcome = 'conflict' THEN
         RAISE EXCEPTION 'sheetq_enqueue: conflict: key % already belongs to task % with a '
             'different payload; nothing added', quote_literal(k), done.task_id

@@ -62,4 +62,4 @@ SELECT set_config('lock_timeout', %(ms)s, true);
 -- task and its log row. Returns outcome (enqueued | duplicate | conflict), task_id, status.
 SELECT outcome, task_id, status FROM sheetq_enqueue_keyed(
     %(queue)s, %(type)s, %(payload)s, %(hash)s, %(key)s, %(not_before)s, %(owner)s,
-    %(task_id)s, %(run_id)s, %(at)s);
+    %(task_id)s, %(run_id)s, %(at)s, %(priority)s, %(group)s, %(group_blocks)s);
