@@ -61,3 +61,14 @@ def test_import_sheetq_stays_light() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_priority_and_group(book: Book) -> None:
+    """priority= and group= reach the task on every backend, as `enqueue --priority/--group`;
+    a priority that is no integer is refused before anything is written."""
+    done = sheetq.enqueue("deal", {"deal_id": 42}, priority=7, group="deal-42")
+    row = book.row_of(done.task_id)
+    assert (row["priority"], row["group"]) == ("7", "deal-42")
+    with pytest.raises(sheetq.InputError, match="enqueue: priority"):
+        sheetq.enqueue("deal", {"deal_id": 43}, priority=10**12)
+    assert len(book.records()) == 1
