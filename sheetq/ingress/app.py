@@ -21,8 +21,9 @@ request has it (``X-GitHub-Delivery`` for ``github``), a Stripe event's ``id`` f
 
 ``GET /healthz``: ``{"status": "ok", "last_write": "ok" | "failed"}`` (200; 503 while the
 last write failed). ``GET /metrics``: Prometheus text: requests by route and code, their
-latency, writes and batch sizes, and the queue's tasks by status and type and its oldest
-waiting task (read at most every ``STATUS_EVERY`` seconds: on Google each read costs quota).
+latency, writes and batch sizes, and the queue's tasks by status and type, its oldest
+waiting task and each connector's state, running and waiting tasks (read at most every
+``STATUS_EVERY`` seconds: on Google each read costs quota).
 """
 
 from __future__ import annotations
@@ -59,11 +60,12 @@ from sheetq.ingress.committer import Committer
 from sheetq.ingress.config import Ingress, Route
 from sheetq.ingress.signatures import check
 from sheetq.model import MAX_CELL_CHARS
-from sheetq.port import QueuePort, QueueTally
+from sheetq.port import ConnectorView, QueuePort, QueueTally
 
 log = logging.getLogger("sheetq.serve")
 disable_created_metrics()  # type: ignore[no-untyped-call]  # no *_created series
 
+CONNECTOR_STATES = ("closed", "open", "half-open", "paused")
 RETRY_AFTER = 30  # seconds a sender is asked to wait when the store cannot be reached
 STATUS_EVERY = {"google": 300.0, "other": 5.0}  # seconds between reads of the queue's counts
 _BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 1.5, 2.5, 5.0, 10.0, 30.0)
@@ -79,11 +81,12 @@ class _Refused(Exception):
 
 
 class _QueueGauges(Collector):
-    """The queue's tasks by status and type, and its oldest waiting task, from the last
-    read (``Service.refresh_status``)."""
+    """The queue's tasks by status and type, its oldest waiting task, and each connector's
+    state, from the last read (``Service.refresh_status``)."""
 
     def __init__(self) -> None:
         self.tally: QueueTally | None = None
+        self.connectors: list[ConnectorView] = []
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
         tally = self.tally
@@ -104,7 +107,28 @@ class _QueueGauges(Collector):
             "sheetq_failed_unalerted", "Failed tasks whose alert is not sent yet"
         )
         owed.add_metric([], tally.owed)
-        return [tasks, oldest, owed]
+        return [tasks, oldest, owed, *self._connectors()]
+
+    def _connectors(self) -> list[GaugeMetricFamily]:
+        if not self.connectors:
+            return []
+        state = GaugeMetricFamily(
+            "sheetq_connector_state",
+            "1 for each connector's current state (closed, open, half-open, paused)",
+            labels=["connector", "state"],
+        )
+        running = GaugeMetricFamily(
+            "sheetq_connector_running", "Tasks running under a connector", labels=["connector"]
+        )
+        waiting = GaugeMetricFamily(
+            "sheetq_connector_waiting", "Tasks due under a connector", labels=["connector"]
+        )
+        for view in self.connectors:
+            for name in CONNECTOR_STATES:
+                state.add_metric([view.name, name], 1.0 if view.state == name else 0.0)
+            running.add_metric([view.name], view.running)
+            waiting.add_metric([view.name], view.waiting)
+        return [state, running, waiting]
 
 
 class Service:
@@ -280,18 +304,26 @@ class Service:
                 return
             self._status_at = time.monotonic()
             try:
-                report = await asyncio.get_running_loop().run_in_executor(
+                tally, connectors = await asyncio.get_running_loop().run_in_executor(
                     self._reader, self._read_status
                 )
             except Exception as exc:
                 log.warning("/metrics: the queue's counts could not be read: %s", exc)
                 return
-            self.gauges.tally = report
+            self.gauges.tally = tally
+            self.gauges.connectors = connectors
 
-    def _read_status(self) -> QueueTally:
+    def _read_status(self) -> tuple[QueueTally, list[ConnectorView]]:
         store = self._open_reader()
         try:
-            return store.status(clock=self.clock).tally
+            tally = store.status(clock=self.clock).tally
+            connectors: list[ConnectorView] = []
+            if self.settings.connectors:
+                try:
+                    connectors = store.connectors(clock=self.clock)
+                except Exception as exc:  # the counts stand without them
+                    log.warning("/metrics: the connectors could not be read: %s", exc)
+            return tally, connectors
         finally:
             store.close()
 

@@ -99,14 +99,15 @@ class Server:
 
 @pytest.fixture
 def serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Server]]:
-    """``start(window="1s", **env)``: `sheetq serve` on a free port with CONFIG."""
+    """``start(window="1s", extra="", **env)``: `sheetq serve` on a free port with CONFIG
+    (and ``extra`` TOML after it)."""
     monkeypatch.setenv("TILDA_SECRET", SECRET)
     monkeypatch.setenv("GITHUB_SECRET", GITHUB_SECRET)
     monkeypatch.setenv("STRIPE_SECRET", STRIPE_SECRET)
     started: list[Server] = []
 
-    def start(window: str = "1s", **env: str) -> Server:
-        write_config(CONFIG.format(window=window))
+    def start(window: str = "1s", extra: str = "", **env: str) -> Server:
+        write_config(CONFIG.format(window=window) + extra)
         log = tmp_path / f"serve{len(started)}.log"
         with log.open("w") as err:
             proc = subprocess.Popen(
@@ -381,3 +382,26 @@ def test_doctor_checks_the_ingress_without_showing_a_secret(
     (line,) = [c for c in good.json()["checks"] if c["check"] == "ingress"]
     assert line["ok"] and "/hooks/tilda → lead (hmac-sha256)" in line["detail"]
     assert SECRET not in good.stdout + good.stderr
+
+
+@pytest.mark.slow
+def test_metrics_show_the_queue_and_its_connectors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, serve: Callable[..., Server]
+) -> None:
+    """/metrics: tasks by status and type, the oldest waiting task, each connector's state."""
+    from tests.conftest import run_cli
+
+    monkeypatch.setenv("SHEETQ_SPREADSHEET", f"local:{tmp_path / 'book.db'}")
+    extra = '[connectors.crm]\nrate_limit = "30/min"\n[types.form]\nconnector = "crm"\n'
+    write_config(CONFIG.format(window="0s") + extra)
+    assert run_cli(["init"]).code == 0  # the Connectors worksheet
+    server = serve(window="0s", extra=extra)
+    assert server.post("form", b'{"name": "a"}').status_code == 202
+    metrics = httpx.get(f"{server.url}/metrics").text
+    code, output = server.stop()
+    assert code == 0
+    assert 'sheetq_tasks{status="pending",type="form"} 1.0' in metrics, output
+    assert "sheetq_oldest_waiting_seconds" in metrics
+    assert 'sheetq_connector_state{connector="crm",state="closed"} 1.0' in metrics
+    assert 'sheetq_connector_state{connector="crm",state="open"} 0.0' in metrics
+    assert 'sheetq_connector_waiting{connector="crm"} 1.0' in metrics
