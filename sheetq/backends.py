@@ -41,6 +41,14 @@ def open_queue(
     )
 
 
+def on_google(settings: Settings) -> bool:
+    """Whether ``settings`` put the queue in a Google spreadsheet (not PostgreSQL, not a
+    ``local:`` workbook): where every request counts against the Sheets quota."""
+    from sheetq.sheet import is_local
+
+    return not settings.database_url and not is_local(settings.spreadsheet)
+
+
 def open_sheet(settings: Settings) -> QueuePort:
     """The sheet engine over ``settings.spreadsheet`` even when the queue is in PostgreSQL:
     the source of ``sheetq migrate``, and the mirror's spreadsheet for ``sheetq doctor``."""

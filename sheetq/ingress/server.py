@@ -13,14 +13,13 @@ from collections.abc import Callable
 
 import uvicorn
 
-from sheetq.backends import open_queue
+from sheetq.backends import on_google, open_queue
 from sheetq.clock import Clock
 from sheetq.config import Settings
 from sheetq.errors import StoreUnavailable
 from sheetq.ingress.app import Service, build_app
 from sheetq.ingress.config import Ingress
 from sheetq.port import QueuePort
-from sheetq.sheet import is_local
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -44,7 +43,7 @@ def make_service(settings: Settings, ingress: Ingress, *, clock: Clock) -> Servi
     and opens the spreadsheet per batch (each bounded by ``SHEETQ_ENQUEUE_TIMEOUT``); the
     local workbook (its lock wait bounded by ``SHEETQ_ENQUEUE_TIMEOUT``) and PostgreSQL
     (one connection) stay open until a write fails."""
-    google = not settings.database_url and not is_local(settings.spreadsheet)
+    google = on_google(settings)
 
     def open_store() -> QueuePort:
         if settings.database_url:
