@@ -29,6 +29,7 @@ waiting task and each connector's state, running and waiting tasks (read at most
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
 import logging
 import time
@@ -318,7 +319,8 @@ class Service:
         try:
             tally = store.status(clock=self.clock).tally
             connectors: list[ConnectorView] = []
-            if self.settings.connectors:
+            # PostgreSQL keeps every type's connector; a sheet only [connectors.NAME] ones
+            if self.settings.database_url or self.settings.connectors_sheet:
                 try:
                     connectors = store.connectors(clock=self.clock)
                 except Exception as exc:  # the counts stand without them
@@ -328,17 +330,45 @@ class Service:
             store.close()
 
 
+def _charset(params: str) -> str:
+    """The ``charset`` parameter of a Content-Type's ``params`` (``"utf-8"`` when none)."""
+    for param in params.split(";"):
+        name, _, value = param.partition("=")
+        if name.strip().lower() == "charset" and value.strip().strip('"'):
+            return value.strip().strip('"').lower()
+    return "utf-8"
+
+
 def _payload(content_type: str, raw: bytes, route: Route) -> dict[str, Any]:
     """The task's payload: a JSON object, or a form's fields (``_Refused`` 400 otherwise)."""
-    kind = content_type.split(";", 1)[0].strip().lower()
+    kind, _, params = content_type.partition(";")
+    kind = kind.strip().lower()
+    # JSON is UTF-8 (RFC 8259 §8.1); a form is in the charset its Content-Type declares
+    # (WHATWG URL "application/x-www-form-urlencoded"; UTF-8 when none), never guessed
+    form = kind == "application/x-www-form-urlencoded"
+    charset = _charset(params) if form else "utf-8"
     try:
-        text = raw.decode("utf-8").removeprefix("\ufeff")
+        codecs.lookup(charset)
+    except LookupError:
+        raise _Refused(400, f"unknown charset {charset!r} in Content-Type") from None
+    try:
+        text = raw.decode(charset).removeprefix("\ufeff")
     except UnicodeDecodeError as exc:
-        raise _Refused(400, f"the body is not UTF-8 (byte {exc.start})") from None
-    if kind == "application/x-www-form-urlencoded":
+        raise _Refused(400, f"the body is not {charset} text (byte {exc.start})") from None
+    if form:
         fields: dict[str, Any] = {}
         try:
-            pairs = parse_qsl(text, keep_blank_values=True, max_num_fields=1000)
+            pairs = parse_qsl(
+                text,
+                keep_blank_values=True,
+                max_num_fields=1000,
+                encoding=charset,
+                errors="strict",  # never a replacement character: two senders' data kept apart
+            )
+        except UnicodeDecodeError as exc:
+            raise _Refused(
+                400, f"a form field is not {charset} text once %-decoded ({exc.reason})"
+            ) from None
         except ValueError as exc:
             raise _Refused(400, f"the form cannot be read: {exc}") from None
         for name, value in pairs:

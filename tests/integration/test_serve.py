@@ -189,6 +189,13 @@ def test_every_answer_and_nothing_written_for_a_refusal(
         assert answer.status_code == code, (body[:20], answer.text)
     big = json.dumps({"a": "x" * 50_001}).encode()  # under max_body, over a cell
     assert server.post("form", big).status_code == 413
+    url_form = {"content-type": "application/x-www-form-urlencoded"}
+    for body, content_type in (
+        (b"lead_id=X%FF", url_form["content-type"]),  # not UTF-8 once %-decoded
+        (b"name=%CE%EB", url_form["content-type"] + "; charset=no-such-charset"),
+    ):
+        answer = server.post("form", body, {"content-type": content_type})
+        assert answer.status_code == 400, (body, answer.text)
     assert server.post("nowhere", b"{}").status_code == 404
     assert _written(book) == before
 
@@ -200,6 +207,14 @@ def test_every_answer_and_nothing_written_for_a_refusal(
     assert form.status_code == 202, form.text
     row = book.row_of(form.json()["task_id"])
     assert json.loads(row["payload_json"]) == {"name": "Олена", "tag": ["a", "b"], "empty": ""}
+    cp1251 = httpx.post(  # a form in the charset its Content-Type declares
+        f"{server.url}/hooks/form",
+        content=b"name=%CE%EB%E5%ED%E0",
+        headers={"content-type": "application/x-www-form-urlencoded; charset=windows-1251"},
+    )
+    assert cp1251.status_code == 202, cp1251.text
+    row = book.row_of(cp1251.json()["task_id"])
+    assert json.loads(row["payload_json"]) == {"name": "Олена"}
     push = json.dumps({"ref": "refs/heads/main"}).encode()
     hub = {"X-Hub-Signature-256": "sha256=" + _sig(GITHUB_SECRET, push), "X-GitHub-Delivery": "g1"}
     assert server.post("github", push, hub).status_code == 202
@@ -385,6 +400,25 @@ def test_doctor_checks_the_ingress_without_showing_a_secret(
 
 
 @pytest.mark.slow
+def test_metrics_without_connectors_warn_of_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, serve: Callable[..., Server]
+) -> None:
+    """/metrics on a workbook whose configuration has no [connectors.NAME]: the counts, and
+    no warning in the log (there is no Connectors worksheet to miss)."""
+    from tests.conftest import run_cli
+
+    monkeypatch.setenv("SHEETQ_SPREADSHEET", f"local:{tmp_path / 'book.db'}")
+    write_config(CONFIG.format(window="0s"))
+    assert run_cli(["init"]).code == 0
+    server = serve(window="0s")
+    assert server.post("form", b'{"name": "a"}').status_code == 202
+    metrics = httpx.get(f"{server.url}/metrics").text
+    code, output = server.stop()
+    assert code == 0
+    assert 'sheetq_tasks{status="pending",type="form"} 1.0' in metrics, output
+    assert "WARNING" not in output and "Connectors" not in output, output
+
+
 def test_metrics_show_the_queue_and_its_connectors(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, serve: Callable[..., Server]
 ) -> None:
