@@ -150,6 +150,12 @@ def _route(name: str, raw: Any, env: Mapping[str, str] | None) -> Route:
                 f'{where}.secret: required for signature = "{kind}" (e.g. secret = '
                 '"${WEBHOOK_SECRET}", the value in the environment or .env)'
             )
+        if "${" not in written:  # never echoed: it is the secret itself
+            raise ConfigError(
+                f"{where}.secret: written into the file; a secret is kept out of "
+                "sheetq.toml: set it in the environment or .env and write secret = "
+                '"${WEBHOOK_SECRET}" (its name)'
+            )
         secret = expand(written, env, where=f"{where}.secret")
         if not secret:
             raise ConfigError(f"{where}.secret: empty after expanding the environment")

@@ -81,6 +81,11 @@ def test_github_and_stripe_with_its_tolerance() -> None:
             "NOPE is not set",
         ),
         ({"r": {"type": "a:b", "signature": "none"}}, {}, "type"),
+        (
+            {"r": {"type": "lead", "signature": "github", "secret": "hunter2-literal"}},
+            {},
+            "kept out of sheetq.toml",
+        ),
         ({"r": {"type": "lead", "signature": "md5", "secret": "x"}}, {}, "signature"),
         ({"r": {"type": "lead", "signature": "none", "secrets": "x"}}, {}, "unknown key"),
         ({"r": {"type": "lead", "signature": "none"}}, {"batch_window": "1"}, "unit"),
@@ -95,6 +100,7 @@ def test_bad_ingress_is_refused_naming_the_key(
         _ingress(routes, **top)
     assert words in caught.value.message
     assert ENV["HOOK_SECRET"] not in caught.value.message
+    assert "hunter2" not in caught.value.message
 
 
 def test_none_is_allowed_on_loopback_and_secrets_stay_out_of_repr() -> None:
