@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -213,6 +214,13 @@ def _task(
     clock = clock_from_env()
     task = _prepare(task_type, payload, key, priority, group, settings)
     task.not_before = _not_before(delay, at, clock.now())
+    if settings.config_path is not None and settings.type_config(task_type).handler is None:
+        warnings.warn(  # as `sheetq enqueue` warns: most often a typo in the type
+            f"sheetq.enqueue: no handler is configured for type {task_type!r} in "
+            f"{settings.config_path}; its tasks wait until one is",
+            UserWarning,
+            stacklevel=4,
+        )
     return settings, task, clock
 
 
@@ -225,8 +233,14 @@ def _arguments(args: tuple[Any, ...]) -> tuple[Any, str, Any]:
         raise TypeError(
             "enqueue() takes (conn, type, payload) or (type, payload) as positional arguments"
         )
-    if conn is not None and isinstance(conn, str):
-        raise TypeError("enqueue(): the first of three arguments is a psycopg connection")
+    if conn is not None and (
+        isinstance(conn, str) or not type(conn).__module__.startswith("psycopg")
+    ):
+        raise TypeError(
+            "enqueue(): the first of three arguments is a psycopg 3 connection to the "
+            f"queue's PostgreSQL, not {type(conn).__module__}.{type(conn).__qualname__}; "
+            "on a sheet or a local workbook call enqueue(type, payload)"
+        )
     return conn, task_type, payload
 
 
@@ -333,9 +347,9 @@ def _result(task_type: str, done: Enqueued) -> EnqueueResult:
             "this is a new operation.",
             task_id=done.task_id,
             key=done.key,
-            status=done.status,
+            status=str(done.status),
         )
     outcome: Literal["enqueued", "duplicate"] = (
         "duplicate" if done.outcome == "duplicate" else "enqueued"
     )
-    return EnqueueResult(outcome, done.task_id, task_type, done.key, done.status)
+    return EnqueueResult(outcome, done.task_id, task_type, done.key, str(done.status))

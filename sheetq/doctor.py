@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 from sheetq.checks import Check, fine, problem
 from sheetq.config import HandlerSpec, Settings, TypeConfig, expand, load_settings
 from sheetq.errors import ConfigError
-from sheetq.ingress.config import load_ingress
+from sheetq.ingress.config import load_ingress, unconfigured_types
 from sheetq.sheet import is_local
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -148,6 +148,10 @@ def _ingress(settings: Settings, env: Mapping[str, str]) -> Check:
         ingress = load_ingress(settings, env=env)
     except ConfigError as exc:
         return problem("ingress", exc.message, "fix [ingress] before `sheetq serve` starts")
+    unconfigured = unconfigured_types(ingress, settings)
+    if unconfigured:
+        fix = "correct the route's type, or add [types.NAME] (a worker elsewhere may run it)"
+        return problem("ingress", "; ".join(unconfigured), fix)
     routes = ", ".join(
         f"/hooks/{r.name} → {r.type} ({r.signature})" for r in ingress.routes.values()
     )

@@ -43,12 +43,14 @@ def serve(
       sheetq serve --listen 0.0.0.0:8080
     """
     from sheetq.cli.app import state
-    from sheetq.ingress.config import load_ingress
+    from sheetq.ingress.config import load_ingress, unconfigured_types
     from sheetq.ingress.server import bind, make_service
     from sheetq.ingress.server import serve as run
 
     settings = state.settings()
     ingress = load_ingress(settings, listen=listen)
+    for line in unconfigured_types(ingress, settings):
+        warn(f"serve: {line}")
     try:
         sock = bind(ingress.host, ingress.port)
     except OSError as exc:

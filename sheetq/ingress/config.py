@@ -22,6 +22,7 @@ its secret. Errors are ``ConfigError`` (exit 2) naming the key.
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import re
 from collections.abc import Mapping
@@ -246,3 +247,23 @@ def load_ingress(
             "listen on 127.0.0.1 behind a proxy that checks the sender"
         )
     return Ingress(host, port, window, max_body, routes)
+
+
+def unconfigured_types(ingress: Ingress, settings: Settings) -> list[str]:
+    """One line per route whose task type has no ``[types.NAME]`` in the configuration
+    (with the closest configured name): most often a typo, whose tasks would wait for a
+    handler no one runs. Not an error: a worker on another host may hold that type."""
+
+    lines = []
+    known = sorted(settings.types)
+    for route in ingress.routes.values():
+        if route.type in settings.types:
+            continue
+        close = difflib.get_close_matches(route.type, known, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        lines.append(
+            f"[ingress.routes.{route.name}].type {route.type!r}: no [types.{route.type}] in "
+            f"{settings.config_path or 'the configuration'}{hint}; its tasks wait until a "
+            "handler for it runs"
+        )
+    return lines

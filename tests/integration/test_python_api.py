@@ -53,6 +53,25 @@ def test_bad_input_writes_nothing(book: Book) -> None:
     assert book.records() == []
 
 
+def test_a_type_without_a_handler_warns_and_a_wrong_connection_is_named(book: Book) -> None:
+    """A type the configuration has no handler for (a typo, most often) warns as `sheetq
+    enqueue` does; a connection that is not psycopg's is refused before anything is written;
+    a duplicate's status is the same plain text as a new task's."""
+    import sqlite3
+
+    from tests.conftest import write_config
+
+    write_config('[types.lead]\ncommand = "true"\nkey_fields = ["lead_id"]\n')
+    with pytest.warns(UserWarning, match="no handler is configured for type 'laed'"):
+        sheetq.enqueue("laed", {"lead_id": "L-1"})
+    first = sheetq.enqueue("lead", {"lead_id": "L-2"})
+    again = sheetq.enqueue("lead", {"lead_id": "L-2"})
+    assert again.duplicate and type(again.status) is str and again.status == first.status
+    with pytest.raises(TypeError, match=r"not sqlite3\.Connection"):
+        sheetq.enqueue(sqlite3.connect(":memory:"), "lead", {"lead_id": "L-3"})
+    assert len(book.records()) == 2
+
+
 def test_import_sheetq_stays_light() -> None:
     """`import sheetq` loads neither the enqueue machinery nor any driver or web stack."""
     code = (

@@ -384,10 +384,9 @@ def test_doctor_checks_the_ingress_without_showing_a_secret(
 
     monkeypatch.setenv("SHEETQ_SPREADSHEET", f"local:{tmp_path / 'book.db'}")
     assert run_cli(["init"]).code == 0
-    write_config(
-        '[ingress.routes.tilda]\ntype = "lead"\nsignature = "hmac-sha256"\n'
-        'secret = "${TILDA_SECRET}"\n'
-    )
+    route = '[ingress.routes.tilda]\nsignature = "hmac-sha256"\nsecret = "${TILDA_SECRET}"\n'
+    lead = '[types.lead]\ncommand = "true"\n'
+    write_config(lead + route + 'type = "lead"\n')
     missing = run_cli(["doctor", "--json"])
     assert missing.code == 1
     (line,) = [c for c in missing.json()["checks"] if c["check"] == "ingress"]
@@ -397,6 +396,11 @@ def test_doctor_checks_the_ingress_without_showing_a_secret(
     (line,) = [c for c in good.json()["checks"] if c["check"] == "ingress"]
     assert line["ok"] and "/hooks/tilda → lead (hmac-sha256)" in line["detail"]
     assert SECRET not in good.stdout + good.stderr
+    write_config(lead + route + 'type = "laed"\n')  # a typo: its tasks would never run
+    typo = run_cli(["doctor", "--json"])
+    (line,) = [c for c in typo.json()["checks"] if c["check"] == "ingress"]
+    assert not line["ok"] and "'laed': no [types.laed]" in line["detail"]
+    assert "did you mean 'lead'?" in line["detail"]
 
 
 @pytest.mark.slow
@@ -417,6 +421,7 @@ def test_metrics_without_connectors_warn_of_nothing(
     assert code == 0
     assert 'sheetq_tasks{status="pending",type="form"} 1.0' in metrics, output
     assert "WARNING" not in output and "Connectors" not in output, output
+    assert "[ingress.routes.github].type 'push': no [types.push]" in output  # said at start
 
 
 def test_metrics_show_the_queue_and_its_connectors(

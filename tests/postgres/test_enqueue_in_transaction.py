@@ -262,7 +262,7 @@ def test_priority_and_group_in_the_transaction_and_in_sql(pg_url: str) -> None:
     """priority= and group= (docs/design.md §14) are written by sheetq.enqueue(conn, …) and
     by sheetq_enqueue(…, priority, task_group): the type's priority by default, a grouped
     task behind its group's earlier one."""
-    write_config('[types.deal]\npriority = 3\ngroup_fields = ["deal_id"]\n')
+    write_config('[types.deal]\ncommand = "true"\npriority = 3\ngroup_fields = ["deal_id"]\n')
     with psycopg.connect(pg_url) as conn:
         first = sheetq.enqueue(conn, "deal", {"deal_id": 7, "stage": "new"})
         urgent = sheetq.enqueue(conn, "deal", {"deal_id": 8}, priority=50, group="vip")
