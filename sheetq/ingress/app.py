@@ -287,7 +287,11 @@ class Service:
     async def healthz(self, _request: Request) -> Response:
         failed = bool(self.committer.stats.last_error)
         return JSONResponse(
-            {"status": "ok", "last_write": "failed" if failed else "ok"}, 503 if failed else 200
+            {
+                "status": "unavailable" if failed else "ok",
+                "last_write": "failed" if failed else "ok",
+            },
+            503 if failed else 200,
         )
 
     async def metrics(self, _request: Request) -> Response:

@@ -299,7 +299,8 @@ def test_store_unreachable_answers_503_then_recovers(
     down = server.tilda({"lead_id": "L-1"})
     assert down.status_code == 503 and int(down.headers["Retry-After"]) > 0
     assert "error" in down.json()
-    assert httpx.get(f"{server.url}/healthz").status_code == 503
+    health = httpx.get(f"{server.url}/healthz")
+    assert (health.status_code, health.json()["status"]) == (503, "unavailable")
     sheets_emulator.clear_faults()
     assert book.records() == []
     back = server.tilda({"lead_id": "L-1"})
