@@ -30,9 +30,10 @@ from sheetq.connectors import (
     pause,
     resume,
 )
-from sheetq.model import CONNECTOR_COLUMNS, CONNECTORS_SHEET, CellValue, Event, Row
-from sheetq.policy import log_values
+from sheetq.model import CONNECTOR_COLUMNS, CONNECTORS_SHEET, CellValue, Event, Row, Status
+from sheetq.policy import is_due, log_values
 from sheetq.port import ConnectorView
+from sheetq.sheet.plan import QueueRow
 from sheetq.sheet.store import AppendRow, ChangeSet, UpdateRow
 from sheetq.times import format_ts, parse_ts
 
@@ -186,6 +187,23 @@ def _log(
     return dict(
         log_values(now, "", name, Event(change.event), state.value, 0, change.message, run_id)
     )
+
+
+def counted(found: ConnectorView, rows: Sequence[QueueRow], now: datetime) -> ConnectorView:
+    """``found`` with its types' tasks counted over the Queue's ``rows`` at ``now``, the
+    same for ``connector list`` and ``status`` (docs/connectors.md): running
+    (``processing``) and waiting (``pending``/``retry`` and due: no ``next_retry_at``, an
+    unreadable one, or one that has passed)."""
+    types = set(found.types)
+    running = waiting = 0
+    for row in rows:
+        if row.type not in types:
+            continue
+        if row.status is Status.PROCESSING:
+            running += 1
+        elif row.status in (Status.PENDING, Status.RETRY) and is_due(row.next_retry_at, now):
+            waiting += 1
+    return replace(found, running=running, waiting=waiting)
 
 
 def owed_alerts(

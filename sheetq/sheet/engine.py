@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -178,9 +177,9 @@ class SheetQueue:
 
     def connectors(self, *, clock: Clock) -> list[ConnectorView]:
         """Every configured connector from the Connectors worksheet, with its types' tasks
-        running (``processing``) and waiting (``pending``/``retry``) counted in the Queue,
-        read in the same request."""
-        from sheetq.sheet.connectors import parse, view
+        running and waiting counted in the Queue (``sheetq.sheet.connectors.counted``, as
+        ``status`` counts them), read in the same request."""
+        from sheetq.sheet.connectors import counted, parse, view
 
         info = self._checked()
         if CONNECTORS_SHEET not in info.sheets:
@@ -189,23 +188,17 @@ class SheetQueue:
         rows, queue = self.store.read(
             [
                 Read(CONNECTORS_SHEET, CONNECTOR_COLUMNS),
-                Read(settings.queue_sheet, ("task_id", "type", "status")),
+                Read(settings.queue_sheet, ("task_id", "type", "status", "next_retry_at")),
             ]
         )
         now = clock.now()
-        seen = parse(rows.rows, now, zone(info.time_zone), info.locale)
-        counts: dict[tuple[str, str], int] = {}
-        for row in queue.rows:
-            key = (row.text("type").strip(), row.text("status").strip())
-            counts[key] = counts.get(key, 0) + 1
-        out = []
-        for name in sorted(settings.connectors):
-            config = settings.connectors[name]
-            found = view(config, seen.get(name), now)
-            running = sum(counts.get((t, "processing"), 0) for t in config.types)
-            waiting = sum(counts.get((t, s), 0) for t in config.types for s in ("pending", "retry"))
-            out.append(replace(found, running=running, waiting=waiting))
-        return out
+        tz = zone(info.time_zone)
+        seen = parse(rows.rows, now, tz, info.locale)
+        tasks = parse_rows(queue.rows, tz, info.locale)
+        return [
+            counted(view(config, seen.get(name), now), tasks, now)
+            for name, config in sorted(settings.connectors.items())
+        ]
 
     def _connector_change(
         self,
@@ -599,10 +592,13 @@ class SheetQueue:
         cells = cell_usage(grids, settings.queue_sheet, settings.log_sheet, tallied.created, now)
         notable = []
         if more and more[0].rows:
-            from sheetq.sheet.connectors import parse, view
+            from sheetq.sheet.connectors import counted, parse, view
 
             seen = parse(more[0].rows, now, zone(info.time_zone), info.locale)
-            views = [view(c, seen.get(n), now) for n, c in sorted(settings.connectors.items())]
+            views = [
+                counted(view(c, seen.get(n), now), rows, now)
+                for n, c in sorted(settings.connectors.items())
+            ]
             notable = [v for v in views if v.notable]
         return StatusReport(
             info.title, info.time_zone, tallied.tally, gone, now, cells, connectors=notable

@@ -1,0 +1,63 @@
+"""What a fresh user saw disagree (docs/connectors.md, docs/order.md): one connector's
+waiting count the same in `status`, `connector list` and `process --dry-run`; a grouped
+type refusing a payload without its group field; the Connectors worksheet's typos and
+no-op commands said plainly; `status`'s due-by-priority line without blocked tasks."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from tests.cli_helpers import enqueue_task, set_now
+from tests.conftest import Book, handler_script, run_cli, write_config
+
+ON_POSTGRES = True  # the behavioural suite: also runs on PostgreSQL
+
+NOW = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+EXITS = """
+import os, sys
+sys.stdin.read()
+sys.exit(int(os.environ.get("EXIT", "0")))
+"""
+
+
+def _setup(tmp_path: Path) -> None:
+    handler = handler_script(tmp_path, "h", EXITS)
+    write_config(
+        "[connectors.crm]\nbreaker_threshold = 10\n"
+        f'[types.lead]\ncommand = {handler}\nconnector = "crm"\nbackoff = ["1m"]\njitter = 0\n'
+        f'[types.deal]\ncommand = {handler}\ngroup_fields = ["deal_id"]\n'
+        "group_blocks_on_failure = true\nmax_attempts = 1\n"
+    )
+    r = run_cli(["init", "--no-format"])
+    assert r.code == 0, r.stderr
+
+
+def test_status_connector_list_and_dry_run_count_one_connectors_waiting_alike(
+    book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """2 pending and 2 due retries of a paused connector's type: `connector list`,
+    `status` (text and --json) and `process --dry-run` all say 4 wait."""
+    _setup(tmp_path)
+    set_now(monkeypatch, NOW)
+    monkeypatch.setenv("EXIT", "75")
+    for i in range(2):
+        enqueue_task({"n": i}, "lead")
+    doc = run_cli(["process", "--json"]).json()
+    assert doc["retry"] == 2
+    monkeypatch.setenv("EXIT", "0")
+    for i in range(2, 4):
+        enqueue_task({"n": i}, "lead")
+    set_now(monkeypatch, datetime(2026, 1, 5, 9, 30, tzinfo=UTC))  # the retries are due
+    assert run_cli(["connector", "pause", "crm"]).code == 0
+    listed = run_cli(["connector", "list", "--json"]).json()["connectors"]
+    assert [c["waiting"] for c in listed if c["name"] == "crm"] == [4]
+    status = run_cli(["status", "--json"]).json()
+    assert [c["waiting"] for c in status["connectors"] if c["name"] == "crm"] == [4]
+    assert "0 running, 4 waiting" in run_cli(["status"]).stdout
+    dry = run_cli(["process", "--dry-run"])
+    assert dry.code == 0, dry.stderr
+    assert "4 due task(s) would wait for connector 'crm'" in dry.stdout + dry.stderr
+
