@@ -142,7 +142,7 @@ def prepare(
                 priority=level,
                 group=given
                 if given is not None
-                else derive_group(body, config.group_fields, where=where),
+                else derive_group(body, config.group_fields, where=where, task_type=task_type),
             )
         )
     return tasks

@@ -456,7 +456,7 @@ def _type(name: str, raw: Any, defaults: TypeConfig, base_dir: Path) -> TypeConf
                     f"shared: set {key} in [connectors.{connector}]"
                 )
     return TypeConfig(
-        group_fields=_str_list(f"{where}.group_fields", raw.get("group_fields", [])),
+        group_fields=_field_names(f"{where}.group_fields", raw.get("group_fields", [])),
         group_blocks_on_failure=blocks,
         priority=_priority(f"{where}.priority", raw.get("priority", defaults.priority)),
         name=name,

@@ -49,15 +49,25 @@ def clean_group(value: str, *, where: str = "--group") -> str:
     return cleaned
 
 
-def derive_group(payload: dict[str, Any], fields: Sequence[str], *, where: str) -> str:
+def derive_group(
+    payload: dict[str, Any], fields: Sequence[str], *, where: str, task_type: str = ""
+) -> str:
     """The group a type's ``group_fields`` (dotted paths) give a payload:
     ``field=value[:field=value…]``, encoded as derived keys are (docs/design.md §4), without
-    the type, so types that name the same field share the group; ``""`` (no group) when a
-    field is missing, null or empty. ``InputError`` when the value breaks ``clean_group``'s
-    limits (``where`` names the payload line)."""
-    parts = [(name, key_value(path_value(payload, name))) for name in fields]
-    if not fields or any(value is None for _, value in parts):
+    the type, so types that name the same field share the group; ``""`` (no group) when the
+    type has no ``group_fields``. ``InputError`` (exit 2) when a field is missing, null or
+    empty (the task would otherwise run beside its group's other tasks: docs/order.md),
+    naming the field and ``task_type``, or when the value breaks ``clean_group``'s limits
+    (``where`` names the payload line)."""
+    if not fields:
         return ""
+    parts = [(name, key_value(path_value(payload, name))) for name in fields]
+    absent = next((name for name, value in parts if value is None), None)
+    if absent is not None:
+        raise InputError(
+            f"{where}: type {task_type!r} groups its tasks by {absent!r} (group_fields), "
+            "which is missing, null or empty; give it in the payload, or a group with --group"
+        )
     text = ":".join(f"{name}={encode_key_value(value or '')}" for name, value in parts)
     return clean_group(text, where=f"{where}: group_fields {', '.join(fields)}")
 

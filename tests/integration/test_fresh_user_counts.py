@@ -61,3 +61,40 @@ def test_status_connector_list_and_dry_run_count_one_connectors_waiting_alike(
     assert dry.code == 0, dry.stderr
     assert "4 due task(s) would wait for connector 'crm'" in dry.stdout + dry.stderr
 
+
+@pytest.mark.parametrize("payload", ['{"amount": 5}', '{"deal_id": null, "amount": 5}'])
+def test_a_grouped_types_payload_without_its_group_field_is_refused(
+    book: Book, tmp_path: Path, payload: str
+) -> None:
+    """group_fields = ["deal_id"]: a payload without deal_id (or null) is refused in one line
+    naming the field and the type, nothing written; `--group G` still enqueues it."""
+    _setup(tmp_path)
+    r = run_cli(["enqueue", "deal", payload])
+    assert r.code == 2, (r.stdout, r.stderr)
+    (line,) = r.stderr.strip().splitlines()
+    assert "'deal_id'" in line and "'deal'" in line
+    assert book.records() == [] and book.log() == []
+    r = run_cli(["enqueue", "deal", payload, "--group", "deal_id=7", "--json"])
+    assert r.code == 0, r.stderr
+    assert book.row_of(r.json()["task_id"])["group"] == "deal_id=7"
+
+
+def test_a_jsonl_line_without_the_group_field_is_named_and_nothing_is_written(
+    book: Book, tmp_path: Path
+) -> None:
+    _setup(tmp_path)
+    lines = '{"deal_id": 1}\n{"amount": 2}\n'
+    r = run_cli(["enqueue", "deal", "--jsonl"], input=lines)
+    assert r.code == 2, (r.stdout, r.stderr)
+    (line,) = r.stderr.strip().splitlines()
+    assert "line 2" in line and "'deal_id'" in line and "'deal'" in line
+    assert book.records() == []
+
+
+def test_an_empty_group_field_name_is_refused_at_load(book: Book, tmp_path: Path) -> None:
+    handler = handler_script(tmp_path, "h", EXITS)
+    write_config(f'[types.deal]\ncommand = {handler}\ngroup_fields = [""]\n')
+    r = run_cli(["enqueue", "deal", '{"deal_id": 1}'])
+    assert r.code == 2, (r.stdout, r.stderr)
+    assert "group_fields: an empty field name" in r.stderr
+    assert book.records() == []

@@ -12,12 +12,13 @@ from sheetq.order import Member, blocked, claimable, clean_group, derive_group
 
 def test_group_values_from_payloads_span_types_and_encode_separators() -> None:
     """`field=value` without the type, separators encoded as in keys; a missing, null or
-    empty field gives no group."""
+    empty field is refused (the task would run beside its group), naming field and type."""
     assert derive_group({"deal_id": 42}, ["deal_id"], where="payload") == "deal_id=42"
     assert derive_group({"a": {"b": "x:y"}}, ["a.b"], where="p") == "a.b=x%3Ay"
     assert derive_group({"a": 1, "b": "2"}, ["a", "b"], where="p") == "a=1:b=2"
     for payload in ({}, {"deal_id": None}, {"deal_id": ""}):
-        assert derive_group(payload, ["deal_id"], where="p") == ""
+        with pytest.raises(InputError, match="type 'deal' groups its tasks by 'deal_id'"):
+            derive_group(payload, ["deal_id"], where="p", task_type="deal")
     assert derive_group({"deal_id": 1}, [], where="p") == ""
 
 
