@@ -346,6 +346,7 @@ class StatusReport:
     now: datetime
     cells: CellUsage | None = None
     connectors: list[ConnectorView] = field(default_factory=list)  # the notable ones
+    notes: list[str] = field(default_factory=list)  # what a person typed that sheetq ignores
 
 
 @dataclass

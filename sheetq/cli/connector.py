@@ -85,6 +85,21 @@ def list_connectors(
     )
 
 
+def _one_line_reason(reason: str) -> None:
+    """``--reason`` is one line of text (it goes into a cell and a QueueLog row): a
+    newline or another control character is refused (``UsageError``, exit 2)."""
+    import unicodedata
+
+    from sheetq.errors import UsageError
+
+    bad = next((c for c in reason if unicodedata.category(c) == "Cc"), None)
+    if bad is not None:
+        raise UsageError(
+            f"--reason: contains the control character {bad!r} at {reason.index(bad) + 1}; "
+            "a reason is one line of text"
+        )
+
+
 @connector_app.command()
 def pause(
     name: Annotated[str, typer.Argument(help="The connector (or a type without one).")],
@@ -108,6 +123,7 @@ def pause(
     from sheetq.errors import UsageError
     from sheetq.times import parse_duration
 
+    _one_line_reason(reason)
     seconds = None
     if for_ is not None:
         try:
@@ -130,7 +146,8 @@ def resume(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
 ) -> None:
     """Close a connector again, whatever its state (paused, or open after an auth failure):
-    its tasks start on the next claim. Logged `resumed`.
+    its tasks start on the next claim. Logged `resumed`; one already closed is left as it is
+    (said so, nothing logged).
 
     Examples:
 
@@ -138,7 +155,16 @@ def resume(
     """
     from sheetq.cli.app import state
 
-    view = state.queue().connector_resume(name, reason=reason, clock=state.clock())
+    _one_line_reason(reason)
+    queue, clock = state.queue(), state.clock()
+    before = next((v for v in queue.connectors(clock=clock) if v.name == name), None)
+    if before is not None and before.state == "closed":  # nothing to resume: nothing logged
+        if as_json:
+            emit_json(before.as_json())
+        else:
+            echo(f"connector {name} was already closed: nothing to resume, nothing logged")
+        return
+    view = queue.connector_resume(name, reason=reason, clock=clock)
     if as_json:
         emit_json(view.as_json())
     else:

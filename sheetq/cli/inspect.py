@@ -42,6 +42,8 @@ def status(
             f"due (docs/design.md §2): {', '.join(unparseable[:5])}"
             + (" …" if len(unparseable) > 5 else "")
         )
+    for note in report.notes:  # a state typed into the Connectors worksheet sheetq ignores
+        warn(terminal_safe(note))
     tz = zone(report.time_zone)
     if cells is not None and cells.warn:
         full_when = (

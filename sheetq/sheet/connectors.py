@@ -52,6 +52,19 @@ class Seen:
     written: Breaker  # what the cells said in sheetq's terms (to know whether to write)
     edit: Change | None = None
     alerted: str = ""  # what Telegram was last told of it (``sheetq.connectors.owed``)
+    typo: str = ""  # a ``state`` a person typed that sheetq does not know (kept as typed)
+
+    def typo_note(self, name: str) -> str:
+        """The note ``process`` and ``status`` print for a ``state`` sheetq does not know
+        (``""``: none): the row, the value, and that the previous state holds."""
+        if not self.typo:
+            return ""
+        known = ", ".join(s.value for s in State)
+        return (
+            f"'{CONNECTORS_SHEET}' row {self.row} ({name}): state {self.typo!r} is not one "
+            f"sheetq knows ({known}); sheetq keeps its previous state "
+            f"({self.written.state.value}): type `closed` or `paused` into the cell"
+        )
 
 
 def _time(value: object, tz: tzinfo, locale: str) -> datetime | None:
@@ -89,7 +102,9 @@ def parse(rows: Sequence[Row], now: datetime, tz: tzinfo, locale: str) -> dict[s
             breaker = replace(breaker, opened_at=_time(opened, tz, locale))
         told = row.text("alerted").strip().lower()
         seen = Seen(row.number, breaker, breaker, alerted=told)
-        if typed != ours.value:
+        if typed and typed not in _STATES:
+            seen.typo = row.text("state").strip()
+        elif typed != ours.value:
             if typed == State.PAUSED:
                 seen.breaker, seen.edit = pause(breaker, now, None, "typed in the Connectors sheet")
             elif typed == State.CLOSED:

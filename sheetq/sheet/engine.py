@@ -591,6 +591,7 @@ class SheetQueue:
         grids = self.store.grid_sizes() if isinstance(self.store, Gridded) else {}
         cells = cell_usage(grids, settings.queue_sheet, settings.log_sheet, tallied.created, now)
         notable = []
+        notes: list[str] = []
         if more and more[0].rows:
             from sheetq.sheet.connectors import counted, parse, view
 
@@ -600,8 +601,16 @@ class SheetQueue:
                 for n, c in sorted(settings.connectors.items())
             ]
             notable = [v for v in views if v.notable]
+            notes = [n for name, item in sorted(seen.items()) if (n := item.typo_note(name))]
         return StatusReport(
-            info.title, info.time_zone, tallied.tally, gone, now, cells, connectors=notable
+            info.title,
+            info.time_zone,
+            tallied.tally,
+            gone,
+            now,
+            cells,
+            connectors=notable,
+            notes=notes,
         )
 
     def _gone(self, info: WorkbookInfo, rows: Sequence[QueueRow], now: datetime) -> list[HeldGroup]:

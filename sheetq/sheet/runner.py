@@ -378,6 +378,9 @@ class Runner:
         paused ones hold their types' tasks, the rate limit goes on from its next start."""
         seen = parse_connectors(rows, self.clock.now(), self._tz, self.info.locale)
         self._connectors = seen
+        for name, found in sorted(seen.items()):
+            if found.typo:
+                self._note(found.typo_note(name))
         for name in self.settings.connectors:
             item = seen.get(name)
             self.executor.seed(item.breaker if item else Breaker(), name)

@@ -12,6 +12,7 @@ import pytest
 
 from tests.cli_helpers import enqueue_task, set_now
 from tests.conftest import Book, handler_script, run_cli, write_config
+from tests.sheet_only import sheet_only
 
 ON_POSTGRES = True  # the behavioural suite: also runs on PostgreSQL
 
@@ -98,3 +99,55 @@ def test_an_empty_group_field_name_is_refused_at_load(book: Book, tmp_path: Path
     assert r.code == 2, (r.stdout, r.stderr)
     assert "group_fields: an empty field name" in r.stderr
     assert book.records() == []
+
+
+def _connector_log(book: Book, name: str) -> list[str]:
+    return [r["event"] for r in book.log() if r["task_id"] == "" and r["type"] == name]
+
+
+def test_an_unknown_state_typed_into_the_connectors_sheet_is_named_by_process_and_status(
+    book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A manager types `stopped`: `process` and `status` each print one note naming the row
+    and the value, and that sheetq keeps the previous state (closed: the task runs)."""
+    sheet_only(book, "a person typing into the Connectors worksheet")
+    _setup(tmp_path)
+    set_now(monkeypatch, NOW)
+    task = enqueue_task({"n": 1}, "lead")
+    number = 2 + [r["name"] for r in book.records("Connectors")].index("crm")
+    book.set_cell("Connectors", number, "state", "stopped")
+    want = f"'Connectors' row {number} (crm): state 'stopped' is not one sheetq knows"
+    status = run_cli(["status"])
+    assert [x for x in status.stderr.splitlines() if want in x] != []
+    assert "keeps its previous state (closed)" in status.stderr
+    assert want in run_cli(["status", "--json"]).stderr
+    r = run_cli(["process", "--json"])
+    assert r.code == 0, r.stderr
+    assert want in r.stderr and "keeps its previous state (closed)" in r.stderr
+    assert book.row_of(task)["status"] == "done"
+
+
+@pytest.mark.parametrize("reason", ["CRM\nmaintenance", "CRM\x1b[31m"])
+def test_a_pause_reason_with_a_control_character_is_refused(
+    book: Book, tmp_path: Path, reason: str
+) -> None:
+    _setup(tmp_path)
+    r = run_cli(["connector", "pause", "crm", "--reason", reason])
+    assert r.code == 2, (r.stdout, r.stderr)
+    (line,) = r.stderr.strip().splitlines()
+    assert "--reason: contains the control character" in line
+    assert _connector_log(book, "crm") == []
+    listed = run_cli(["connector", "list", "--json"]).json()["connectors"]
+    assert [c["state"] for c in listed if c["name"] == "crm"] == ["closed"]
+
+
+def test_resuming_a_closed_connector_says_so_and_logs_nothing(book: Book, tmp_path: Path) -> None:
+    _setup(tmp_path)
+    r = run_cli(["connector", "resume", "crm"])
+    assert r.code == 0, r.stderr
+    assert "connector crm was already closed" in r.stdout
+    assert _connector_log(book, "crm") == []
+    assert run_cli(["connector", "pause", "crm"]).code == 0
+    assert run_cli(["connector", "resume", "crm"]).code == 0
+    assert run_cli(["connector", "resume", "crm"]).code == 0
+    assert _connector_log(book, "crm") == ["paused", "resumed"]
