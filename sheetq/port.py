@@ -153,8 +153,9 @@ class BlockedGroup:
 @dataclass
 class DueAtPriority:
     """Due waiting tasks of one priority (docs/design.md §14): how many, and the
-    longest-due one (its id, and seconds it has been due). Tasks held behind their group
-    count here too: they wait as well."""
+    longest-due one (its id, and seconds it has been due). Tasks waiting for an earlier task
+    of their group count here too; tasks of a group a failed task blocks do not (they are
+    shown under ``blocked``)."""
 
     priority: int
     due: int

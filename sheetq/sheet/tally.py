@@ -42,6 +42,7 @@ def tally_rows(rows: Iterable[QueueRow], settings: Settings, now: datetime) -> T
     rows = list(rows)
     levels: dict[int, DueAtPriority] = {}
     ages: dict[str, float] = {}  # task id → seconds due, of the due waiting tasks
+    behind = blocked_members(rows, settings)  # shown under their blocked group instead
     for row in rows:
         t.total += 1
         out.created.append(row.created)
@@ -62,14 +63,8 @@ def tally_rows(rows: Iterable[QueueRow], settings: Settings, now: datetime) -> T
                 age = (now - since).total_seconds()
                 t.oldest = max(0.0, age if t.oldest is None else max(t.oldest, age))
                 ages[row.task_id] = max(0.0, age)
-                level = row.level(settings)
-                seen = levels.get(level)
-                if seen is None:
-                    levels[level] = DueAtPriority(level, 1, row.task_id, max(0.0, age))
-                else:
-                    seen.due += 1
-                    if age > seen.oldest or (age == seen.oldest and row.task_id < seen.task_id):
-                        seen.task_id, seen.oldest = row.task_id, max(0.0, age)
+                if row.task_id not in behind:  # a blocked group's tasks are shown under it
+                    _count_due(levels, row.level(settings), row.task_id, max(0.0, age))
             if settings.type_config(row.type).handler is None:
                 t.without_handler += 1
             if isinstance(when, Unparseable):
@@ -83,6 +78,27 @@ def tally_rows(rows: Iterable[QueueRow], settings: Settings, now: datetime) -> T
             t.owed += 1
     t.by_priority = [levels[p] for p in sorted(levels, reverse=True)]
     t.blocked = blocked_groups(rows, settings, ages)
+    return out
+
+
+def _count_due(levels: dict[int, DueAtPriority], level: int, task_id: str, age: float) -> None:
+    """One more due task at ``level`` (``age``: seconds due), kept if it is the oldest."""
+    seen = levels.get(level)
+    if seen is None:
+        levels[level] = DueAtPriority(level, 1, task_id, age)
+        return
+    seen.due += 1
+    if age > seen.oldest or (age == seen.oldest and task_id < seen.task_id):
+        seen.task_id, seen.oldest = task_id, age
+
+
+def blocked_members(rows: list[QueueRow], settings: Settings) -> set[str]:
+    """The ids of the waiting tasks of groups a failed task blocks (``sheetq.order.blocked``):
+    ``status`` shows them under their group, not as due by priority."""
+    out: set[str] = set()
+    for members in group_members(rows, settings).values():
+        if blocked(members) is not None:
+            out.update(m.task_id for m in members if m.status in (Status.PENDING, Status.RETRY))
     return out
 
 

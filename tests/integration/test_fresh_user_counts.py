@@ -30,6 +30,7 @@ def _setup(tmp_path: Path) -> None:
         "[connectors.crm]\nbreaker_threshold = 10\n"
         f'[types.lead]\ncommand = {handler}\nconnector = "crm"\nbackoff = ["1m"]\njitter = 0\n'
         f'[types.deal]\ncommand = {handler}\ngroup_fields = ["deal_id"]\n'
+        "priority = 5\n"
         "group_blocks_on_failure = true\nmax_attempts = 1\n"
     )
     r = run_cli(["init", "--no-format"])
@@ -151,3 +152,26 @@ def test_resuming_a_closed_connector_says_so_and_logs_nothing(book: Book, tmp_pa
     assert run_cli(["connector", "resume", "crm"]).code == 0
     assert run_cli(["connector", "resume", "crm"]).code == 0
     assert _connector_log(book, "crm") == ["paused", "resumed"]
+
+
+def test_due_by_priority_leaves_out_the_tasks_behind_a_blocked_group(
+    book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """deal_id=7's update failed for good and blocks its group: its two later updates are
+    shown under the blocked group, not as due by priority; deal_id=8's one is due."""
+    _setup(tmp_path)
+    set_now(monkeypatch, NOW)
+    monkeypatch.setenv("EXIT", "1")
+    enqueue_task({"deal_id": 7}, "deal")
+    assert run_cli(["process", "--json"]).json()["failed"] == 1
+    set_now(monkeypatch, datetime(2026, 1, 5, 9, 5, tzinfo=UTC))
+    enqueue_task({"deal_id": 7, "n": 2}, "deal")
+    enqueue_task({"deal_id": 7, "n": 3}, "deal")
+    free = enqueue_task({"deal_id": 8}, "deal")
+    set_now(monkeypatch, datetime(2026, 1, 5, 9, 10, tzinfo=UTC))
+    doc = run_cli(["status", "--json"]).json()
+    assert [(b["group"], b["waiting"]) for b in doc["blocked_groups"]] == [("deal_id=7", 2)]
+    assert [(p["priority"], p["due"], p["task_id"]) for p in doc["oldest_due_by_priority"]] == [
+        (5, 1, free)
+    ]
+    assert f"due by priority: 5: 1, oldest {free}" in run_cli(["status"]).stdout

@@ -16,15 +16,26 @@ GROUP BY type, status;
 
 -- name: status_priorities
 -- docs/design.md §14: per priority, highest first, the due waiting tasks as of %(due)s (as
--- `status_groups` counts them): how many, and the longest-due one (then by task id).
+-- `status_groups` counts them): how many, and the longest-due one (then by task id). Tasks
+-- of a group a failed task blocks are left out (`status_blocked_groups` shows them).
 -- %(queue)s, %(due)s.
-SELECT DISTINCT ON (priority) priority, task_id,
-       greatest(created_at, next_retry_at) AS since,
-       count(*) OVER (PARTITION BY priority) AS due
-FROM sheetq_tasks
-WHERE queue = %(queue)s AND status IN ('pending', 'retry')
-  AND greatest(created_at, next_retry_at) < %(due)s
-ORDER BY priority DESC, greatest(created_at, next_retry_at), task_id;
+SELECT DISTINCT ON (t.priority) t.priority, t.task_id,
+       greatest(t.created_at, t.next_retry_at) AS since,
+       count(*) OVER (PARTITION BY t.priority) AS due
+FROM sheetq_tasks AS t
+WHERE t.queue = %(queue)s AND t.status IN ('pending', 'retry')
+  AND greatest(t.created_at, t.next_retry_at) < %(due)s
+  AND NOT (t."group" <> '' AND EXISTS (
+      SELECT 1 FROM sheetq_tasks AS f
+      WHERE f.queue = %(queue)s AND f."group" = t."group" AND f.status = 'failed'
+        AND f.group_blocks
+        AND NOT EXISTS (
+            SELECT 1 FROM sheetq_tasks AS e
+            WHERE e.queue = %(queue)s AND e."group" = f."group"
+              AND (e.created_at, e.task_id) < (f.created_at, f.task_id)
+              AND (e.status IN ('pending', 'processing', 'retry')
+                   OR (e.status = 'failed' AND e.group_blocks)))))
+ORDER BY t.priority DESC, greatest(t.created_at, t.next_retry_at), t.task_id;
 
 -- name: status_blocked_groups
 -- docs/design.md §14: groups held by a failed task of a type that said
