@@ -22,7 +22,13 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from sheetq.config import DATABASE_URL_SOURCE
-from sheetq.errors import ConfigError, SheetqError, StoreError, StoreUnavailable
+from sheetq.errors import (
+    ConfigError,
+    SchemaError,
+    SheetqError,
+    StoreError,
+    StoreUnavailable,
+)
 from sheetq.redact import mask_credentials, url_passwords
 
 CONNECT_TIMEOUT = 10  # seconds, libpq's connect_timeout unless the URL or PGCONNECT_TIMEOUT sets it
@@ -128,11 +134,16 @@ def _connect_error(
     return StoreUnavailable(f"{where}: cannot connect: {said}")
 
 
-def explain(exc: psycopg.Error, url: str) -> StoreError:
-    """A database error met while using a connection, as one line: a lost connection is
-    ``StoreUnavailable``; a role without the privileges sheetq's tables need says how to
-    grant them; anything else is ``StoreError`` with the server's words (exit 1 each).
-    (A missing schema is ``SchemaError``, raised where the schema is checked.)"""
+NO_SCHEMA = "the PostgreSQL database has no sheetq schema: run `sheetq init`"
+
+
+def explain(exc: psycopg.Error, url: str) -> SheetqError:
+    """A database error met while using a connection, as one line: a missing table is
+    ``SchemaError`` (exit 2: run `sheetq init`); a lost connection is ``StoreUnavailable``;
+    a role without the privileges sheetq's tables need says how to grant them; anything
+    else is ``StoreError`` with the server's words (exit 1 each)."""
+    if isinstance(exc, psycopg.errors.UndefinedTable):
+        return SchemaError(NO_SCHEMA)
     where = f"PostgreSQL {describe(url)}"
     said = _server_words(exc)
     if isinstance(exc, psycopg.errors.InsufficientPrivilege):

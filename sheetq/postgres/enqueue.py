@@ -25,6 +25,7 @@ from sheetq.accept import Decided, Enqueued, KnownKey, NewTask, decide_keys
 from sheetq.config import Settings
 from sheetq.errors import SchemaError, SheetqError, StoreError, StoreUnavailable
 from sheetq.model import MAX_ERROR_CHARS, Status, new_run_id, new_task_id
+from sheetq.postgres.connection import NO_SCHEMA
 from sheetq.postgres.manage import stamp
 from sheetq.postgres.queries import QUERIES
 from sheetq.postgres.session import Session, pretend
@@ -162,7 +163,7 @@ def _refused(exc: psycopg.Error) -> SheetqError:
             "schema, or none): run `sheetq init`"
         )
     if isinstance(exc, psycopg.errors.UndefinedTable):
-        return SchemaError("the PostgreSQL database has no sheetq schema: run `sheetq init`")
+        return SchemaError(NO_SCHEMA)
     if isinstance(exc, psycopg.OperationalError):
         return StoreUnavailable(
             f"PostgreSQL: the connection failed during the enqueue: {printable(str(exc)).strip()}"

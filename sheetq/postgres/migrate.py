@@ -28,7 +28,6 @@ import psycopg
 from psycopg import sql
 
 from sheetq.config import Settings
-from sheetq.errors import SchemaError
 from sheetq.migrate import Source, Written, settle_keys
 from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS
 from sheetq.postgres import schema
@@ -72,10 +71,6 @@ def write(url: str, settings: Settings, source: Source, *, now: datetime, run_id
             out.keys.duplicates = [d for d in out.keys.duplicates if d.task_id in copied]
             losers = [out.keys.logs[t] for t in sorted(copied) if t in out.keys.logs]
             _append_log(conn, queue, losers)
-    except psycopg.errors.UndefinedTable:
-        raise SchemaError(
-            "the PostgreSQL database has no sheetq schema: run `sheetq init`"
-        ) from None
     except psycopg.Error as exc:
         raise explain(exc, url) from None
     finally:

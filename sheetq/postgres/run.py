@@ -36,7 +36,6 @@ from psycopg.rows import dict_row
 from sheetq.clock import Clock, SystemClock
 from sheetq.config import Settings, TypeConfig
 from sheetq.connectors import Breaker, Kind, Limits, State, admits, kind_of, why_waiting
-from sheetq.errors import SchemaError
 from sheetq.model import MAX_ERROR_CHARS, MAX_RESULT_CHARS, Event, Status
 from sheetq.policy import due_since, expiry, outcome_message, recover
 from sheetq.postgres import schema
@@ -303,10 +302,6 @@ class RunDb:
                 if self.pinned:
                     self.conn.execute(QUERIES["pin_clock"], {"at": self.clock.now()})
                 yield self.conn
-        except psycopg.errors.UndefinedTable:
-            raise SchemaError(
-                "the PostgreSQL database has no sheetq schema: run `sheetq init`"
-            ) from None
         except psycopg.Error as exc:
             raise explain(exc, self.url) from None
 

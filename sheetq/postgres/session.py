@@ -27,7 +27,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from sheetq.config import Settings
-from sheetq.errors import SchemaError, StoreUnavailable
+from sheetq.errors import StoreUnavailable
 from sheetq.postgres import schema
 from sheetq.postgres.connection import connect, describe, explain
 from sheetq.postgres.queries import QUERIES
@@ -116,10 +116,6 @@ class Session:
             if self._limit is None:
                 raise explain(exc, self.url) from None
             raise self._out_of_time() from None
-        except psycopg.errors.UndefinedTable:
-            raise SchemaError(
-                "the PostgreSQL database has no sheetq schema: run `sheetq init`"
-            ) from None
         except psycopg.Error as exc:
             raise explain(exc, self.url) from None
 
