@@ -186,6 +186,9 @@ class GoogleStore(VerifiedWrites):
     def survives_power_loss(self) -> bool:
         return True  # Google acknowledged it: it is not on this host
 
+    def version(self) -> int | None:
+        return None  # only a read tells whether a person or another program wrote
+
     def close(self) -> None:
         session = getattr(self._http, "session", None)
         if session is not None:

@@ -286,6 +286,18 @@ class Claim:
 
 
 @dataclass
+class Lookahead:
+    """What a batch plan leaves for the run's next batches: the due tasks it did not claim,
+    in claim order (``rest``), valid until ``horizon`` (UTC; the first moment a task over the
+    plan's rows becomes due, expires or has its lease run out; ``None``: never), and the
+    plan's count of due tasks without a handler, by type."""
+
+    rest: list[QueueRow]
+    horizon: datetime | None
+    without_handler: Counter[str]
+
+
+@dataclass
 class BatchPlan:
     changes: ChangeSet
     claims: list[Claim] = field(default_factory=list)
@@ -300,6 +312,7 @@ class BatchPlan:
     held_by_group: int = 0  # due tasks waiting for an earlier task of their group
     invalid_times: list[str] = field(default_factory=list)
     invalid_priorities: list[str] = field(default_factory=list)  # a person's typos, explained
+    ahead: Lookahead | None = None  # the due tasks left for the next batches (``next_batch``)
 
     @property
     def has_work(self) -> bool:
@@ -351,37 +364,18 @@ def plan_batch(
 
     A task of a group is claimed only when it is the one its group lets run
     (``sheetq.order.claimable``); ``settled`` gives the statuses that ``held`` tasks' results
-    (not written yet) set, so the next task of a group may ride in the same write."""
-    log_sheet = settings.log_sheet
-    queue_sheet = settings.queue_sheet
+    (not written yet) set, so the next task of a group may ride in the same write.
+
+    ``BatchPlan.ahead`` keeps the due tasks this batch did not take, in claim order, with the
+    first moment a decision over ``rows`` may change (``next_batch``); ``None`` when the
+    queue has groups or lost outcomes to reconcile, whose decisions each batch changes."""
     plan = BatchPlan(ChangeSet())
     selected = set(types)
     blocked = set(open_circuits)
-    changes: dict[str, _RowChange] = {}
-    logs: list[AppendRow] = []
-    stamp = format_ts(now)
-
-    def change(row: QueueRow, **values: CellValue) -> None:
-        entry = changes.setdefault(row.task_id, _RowChange(row))
-        entry.values.update(values)
-        entry.values["updated_at"] = stamp
-
-    def log(
-        row: QueueRow, event: Event, status: Status | str, retry_count: int, message: str = ""
-    ) -> None:
-        logs.append(
-            log_row(
-                now,
-                row.task_id,
-                row.type,
-                event,
-                status,
-                retry_count,
-                message,
-                run_id,
-                worksheet=log_sheet,
-            )
-        )
+    writes = _Writes(settings, now, run_id)
+    change, log = writes.change, writes.log
+    stamp = writes.stamp
+    horizon: datetime | None = None
 
     winners = _winners(rows)
     free = free_in_groups(rows, settings, held=held, settled=settled or {})
@@ -402,6 +396,7 @@ def plan_batch(
         if row.status is Status.PROCESSING:
             until = row.lease_until
             if isinstance(until, datetime) and until > now:
+                horizon = until if horizon is None else min(horizon, until)
                 continue
             if config.on_unknown == "reconcile" and config.reconcile is not None:
                 if row.type not in blocked:
@@ -450,7 +445,8 @@ def plan_batch(
             plan.invalid_times.append(f"{row.task_id}: next_retry_at {row.next_retry_at.text!r}")
         # Step 3: too old to be worth running. Age counts from when the task became due:
         # its creation, or its not-before time (a delayed task, a backoff, a requeue).
-        message = expiry(due_since(row.created, row.next_retry_at), now, config.policy.max_age)
+        since = due_since(row.created, row.next_retry_at)
+        message = expiry(since, now, config.policy.max_age)
         if message:
             change(
                 row,
@@ -485,7 +481,12 @@ def plan_batch(
         if config.handler is None:
             plan.without_handler[row.type or "(empty)"] += 1
             continue
-        if row.type in blocked or not _due(row, now):
+        if row.type in blocked:
+            continue
+        if not _due(row, now):
+            due_at = row.next_retry_at
+            if isinstance(due_at, datetime):
+                horizon = due_at if horizon is None else min(horizon, due_at)
             continue
         if free and row.raw.values.get("group") and free.get(row.group) != row.task_id:
             plan.held_by_group += 1  # docs/design.md §14: an earlier task of its group first
@@ -493,6 +494,9 @@ def plan_batch(
         cell = row.raw.values.get("priority")
         if type(cell) is not int and cell not in (None, "") and row.priority_typo:
             plan.invalid_priorities.append(priority_note(row, settings))
+        if since is not None and config.policy.max_age is not None:
+            ends = since + timedelta(seconds=config.policy.max_age)
+            horizon = ends if horizon is None else min(horizon, ends)
         candidates.append(row)
 
     # docs/design.md §14: highest priority first, then longest due, then task_id
@@ -507,30 +511,105 @@ def plan_batch(
     candidates.sort(key=claim_order)
     reconciles.sort(key=QueueRow.order)
     chosen = reconciles[:batch_size]
-    chosen += candidates[: max(0, batch_size - len(chosen))]
-    if chosen:
-        timeouts = sum(settings.type_config(r.type).policy.timeout for r in chosen)
-        lease = max(settings.type_config(r.type).policy.lease for r in chosen)
-        plan.lease_until = now + timedelta(seconds=lease + timeouts)
-        lease_text = format_ts(plan.lease_until)
-        for row in chosen:
-            previous = Status.PROCESSING if row in reconciles else (row.status or Status.PENDING)
-            if row.task_id in changes and "status" in changes[row.task_id].values:
-                previous = Status(str(changes[row.task_id].values["status"]))
-            change(row, status=str(Status.PROCESSING), lease_owner=run_id, lease_until=lease_text)
-            message = (
-                "reconciling a lost outcome"
-                if row in reconciles
-                else f"attempt {row.retry_count + 1}"
-            )
-            log(row, Event.CLAIMED, Status.PROCESSING, row.retry_count, message)
-            plan.claims.append(Claim(row, previous, reconcile=row in reconciles))
-
-    plan.changes.updates.extend(
-        UpdateRow(queue_sheet, e.row.task_id, e.row.row, e.values) for e in changes.values()
-    )
-    plan.changes.appends.extend(logs)
+    taken = max(0, batch_size - len(chosen))
+    chosen += candidates[:taken]
+    _claim(plan, writes, chosen, reconciling={r.task_id for r in reconciles})
+    grouped = bool(free) or plan.held_by_group or any(r.raw.values.get("group") for r in candidates)
+    if not reconciles and not grouped:
+        plan.ahead = Lookahead(candidates[taken:], horizon, Counter(plan.without_handler))
+    writes.into(plan)
     return plan
+
+
+def next_batch(
+    ahead: Lookahead, *, settings: Settings, now: datetime, run_id: str, batch_size: int
+) -> BatchPlan:
+    """The next batch from what an earlier ``plan_batch`` left ``ahead``: its first
+    ``batch_size`` tasks claimed, in claim order, as ``plan_batch`` over the same rows would
+    claim them at ``now``.
+
+    The caller's part: use it only while no one but this run has written to the queue since
+    those rows were read, ``now`` is before ``ahead.horizon``, no circuit opened or closed,
+    and every task this run claimed since has finished; otherwise plan from a new read."""
+    plan = BatchPlan(ChangeSet(), without_handler=Counter(ahead.without_handler))
+    writes = _Writes(settings, now, run_id)
+    chosen, ahead.rest = ahead.rest[:batch_size], ahead.rest[batch_size:]
+    _claim(plan, writes, chosen, reconciling=set())
+    plan.ahead = ahead
+    writes.into(plan)
+    return plan
+
+
+class _Writes:
+    """The Queue cells and QueueLog rows a plan writes, one update per task."""
+
+    def __init__(self, settings: Settings, now: datetime, run_id: str) -> None:
+        self.settings = settings
+        self.now = now
+        self.run_id = run_id
+        self.stamp = format_ts(now)
+        self.changes: dict[str, _RowChange] = {}
+        self.logs: list[AppendRow] = []
+
+    def change(self, row: QueueRow, **values: CellValue) -> None:
+        entry = self.changes.setdefault(row.task_id, _RowChange(row))
+        entry.values.update(values)
+        entry.values["updated_at"] = self.stamp
+
+    def log(
+        self,
+        row: QueueRow,
+        event: Event,
+        status: Status | str,
+        retry_count: int,
+        message: str = "",
+    ) -> None:
+        self.logs.append(
+            log_row(
+                self.now,
+                row.task_id,
+                row.type,
+                event,
+                status,
+                retry_count,
+                message,
+                self.run_id,
+                worksheet=self.settings.log_sheet,
+            )
+        )
+
+    def into(self, plan: BatchPlan) -> None:
+        queue = self.settings.queue_sheet
+        plan.changes.updates.extend(
+            UpdateRow(queue, e.row.task_id, e.row.row, e.values) for e in self.changes.values()
+        )
+        plan.changes.appends.extend(self.logs)
+
+
+def _claim(
+    plan: BatchPlan, writes: _Writes, chosen: Sequence[QueueRow], *, reconciling: Collection[str]
+) -> None:
+    """Claim ``chosen`` (docs/design.md §5 step 4): one lease for the batch, long enough for
+    every task's ``timeout`` one after another; ``reconciling``: lost outcomes to check."""
+    if not chosen:
+        return
+    settings = writes.settings
+    timeouts = sum(settings.type_config(r.type).policy.timeout for r in chosen)
+    lease = max(settings.type_config(r.type).policy.lease for r in chosen)
+    plan.lease_until = writes.now + timedelta(seconds=lease + timeouts)
+    lease_text = format_ts(plan.lease_until)
+    for row in chosen:
+        reconcile = row.task_id in reconciling
+        previous = Status.PROCESSING if reconcile else (row.status or Status.PENDING)
+        earlier = writes.changes.get(row.task_id)
+        if earlier is not None and "status" in earlier.values:
+            previous = Status(str(earlier.values["status"]))
+        writes.change(
+            row, status=str(Status.PROCESSING), lease_owner=writes.run_id, lease_until=lease_text
+        )
+        message = "reconciling a lost outcome" if reconcile else f"attempt {row.retry_count + 1}"
+        writes.log(row, Event.CLAIMED, Status.PROCESSING, row.retry_count, message)
+        plan.claims.append(Claim(row, previous, reconcile=reconcile))
 
 
 def group_members(

@@ -27,7 +27,7 @@ from sheetq.config import Settings, TypeConfig
 from sheetq.connectors import Breaker, Limits, State, alert_text, effective, why_waiting
 from sheetq.errors import Interrupted, LeaseConflict, StoreError
 from sheetq.execute import Executor
-from sheetq.model import CONNECTOR_COLUMNS, Status, new_run_id
+from sheetq.model import CONNECTOR_COLUMNS, FINISHED, Status, new_run_id
 from sheetq.policy import is_due
 from sheetq.port import AlertItem, Notifier
 from sheetq.sheet.alerts import FRESH_POSITIONS, mark_alerted
@@ -41,8 +41,10 @@ from sheetq.sheet.plan import (
     SCAN_COLUMNS,
     BatchPlan,
     Claim,
+    Lookahead,
     QueueRow,
     complete,
+    next_batch,
     parse_rows,
     plan_batch,
     release,
@@ -174,6 +176,9 @@ class Runner:
         self._pending_full: Snapshot | None = None  # their rows' full pre-image
         self._held: set[str] = set()  # tasks claimed by this run whose results are not written
         self._moved_back = 0  # claims of the last batch given back because their rows moved
+        # the last plan's due tasks left for later batches, the store's version before its
+        # read, and the circuits open then (``_plan_ahead``)
+        self._ahead: tuple[Lookahead | None, int | None, frozenset[str]] = (None, None, frozenset())
         self._journal = Journal(journal_path(lock_path(settings)), sync=store.survives_power_loss)
         # the Connectors worksheet as this run first read it (None: none, or not read yet)
         self._connectors: dict[str, Seen] | None = None
@@ -231,24 +236,30 @@ class Runner:
                 break
             if options.max_batches is not None and self.summary.batches >= options.max_batches:
                 break
-            rows = self._scan()
-            fresh_scan = True
-            last_rows = rows
             now = self.clock.now()
-            plan = plan_batch(
-                rows,
-                settings=self.settings,
-                now=now,
-                run_id=self.run_id,
-                batch_size=options.batch_size,
-                rng=self.rng,
-                types=options.types,
-                open_circuits=self.executor.blocked(),
-                held=self._held if self._pending is not None else (),
-                settled=self._settled(),
-            )
+            plan = self._plan_ahead(options, now)
+            if plan is None:
+                version = self.store.version()  # before the read: a later write is seen
+                rows = self._scan()
+                fresh_scan = True
+                last_rows = rows
+                now = self.clock.now()
+                blocked = self.executor.blocked()
+                plan = plan_batch(
+                    rows,
+                    settings=self.settings,
+                    now=now,
+                    run_id=self.run_id,
+                    batch_size=options.batch_size,
+                    rng=self.rng,
+                    types=options.types,
+                    open_circuits=blocked,
+                    held=self._held if self._pending is not None else (),
+                    settled=self._settled(),
+                )
+                self._ahead = (plan.ahead, version, frozenset(blocked))
+                log.info("scan: %d row(s), %d due task(s) to claim", len(rows), len(plan.claims))
             self.summary.without_handler = plan.without_handler
-            log.info("scan: %d row(s), %d due task(s) to claim", len(rows), len(plan.claims))
             for note in plan.invalid_times:
                 self._note(f"unparseable {note}; treated as due")
             for note in plan.invalid_priorities:
@@ -338,6 +349,32 @@ class Runner:
         return (
             options.max_runtime is not None
             and self.clock.monotonic() - self._started >= options.max_runtime
+        )
+
+    def _plan_ahead(self, options: RunOptions, now: datetime) -> BatchPlan | None:
+        """The next batch without reading the queue again, when the last plan's order still
+        holds (``sheetq.sheet.plan.next_batch``): the store tells that no one else wrote since
+        that read (the local workbook; Google cannot tell without a read), nothing became
+        due, expired or lost its lease since, no circuit changed, and every task this run
+        claimed since finished. ``None``: read and plan afresh."""
+        ahead, version, blocked = self._ahead
+        if ahead is None or not ahead.rest or version is None or options.dry_run:
+            return None
+        if ahead.horizon is not None and now >= ahead.horizon:
+            return None
+        if self._moved_back or frozenset(self.executor.blocked()) != blocked:
+            return None
+        settled = self._settled()
+        if any(settled.get(task_id) not in FINISHED for task_id in self._held):
+            return None  # a retry or a released task may come first again
+        if self.store.version() != version:
+            return None
+        return next_batch(
+            ahead,
+            settings=self.settings,
+            now=now,
+            run_id=self.run_id,
+            batch_size=options.batch_size,
         )
 
     def _settled(self) -> dict[str, Status]:

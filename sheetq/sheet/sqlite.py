@@ -156,6 +156,11 @@ class SqliteStore:
         self._db.close()
 
     @_mapped
+    def version(self) -> int | None:
+        """SQLite's ``PRAGMA data_version``: it changes when another connection commits."""
+        return int(self._db.execute("PRAGMA data_version").fetchone()[0])
+
+    @_mapped
     def open(self) -> WorkbookInfo:
         self._requests += 1
         return self._workbook()

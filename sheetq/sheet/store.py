@@ -378,6 +378,14 @@ class Store(Protocol):
         its last commits). The host journal fsyncs its records only when it does."""
         ...
 
+    def version(self) -> int | None:
+        """A number that changes whenever someone else (another program, another
+        connection) commits to the store; this store's own writes leave it as it is. Equal
+        numbers at two moments: nothing but this store's writes came in between. ``None``:
+        the store cannot tell without reading (Google). The local workbook answers with
+        SQLite's ``PRAGMA data_version``, which costs no request."""
+        ...
+
     def link(self, info: WorkbookInfo, worksheet: str, row: int, task_id: str) -> str:
         """Where a person finds the row: a URL for Google, the task id for local."""
         ...
