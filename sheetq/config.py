@@ -598,6 +598,31 @@ def load_settings(
             raise ConfigError(f"{path}: configuration file not found (from --config/SHEETQ_CONFIG)")
         raw = read_toml(path)
         config_path = path.resolve()
+    try:
+        return _settings(
+            raw,
+            config_path,
+            env,
+            spreadsheet=spreadsheet,
+            require_spreadsheet=require_spreadsheet,
+            database_url=database_url,
+        )
+    except ConfigError as exc:
+        text = str(exc)
+        if config_path is not None and text.startswith("["):  # a table's key: name the file
+            raise ConfigError(f"{config_path}: {text}") from None
+        raise
+
+
+def _settings(
+    raw: dict[str, Any],
+    config_path: Path | None,
+    env: Mapping[str, str],
+    *,
+    spreadsheet: str | None,
+    require_spreadsheet: bool,
+    database_url: str | None,
+) -> Settings:
     base_dir = config_path.parent if config_path else Path.cwd()
     where = str(config_path.name if config_path else DEFAULT_CONFIG)
     _unknown_keys(where, raw, _TOP_KEYS)

@@ -112,6 +112,7 @@ def test_bad_config_exit_2(book: Book, config: str, fragment: str) -> None:
         r = run_cli(args)
         assert r.code == 2, r.stderr
         assert fragment in _one_line(r.stderr)
+        assert "sheetq.toml" in r.stderr  # which file says it
     assert book.records() == []
 
 
