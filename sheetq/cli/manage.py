@@ -250,7 +250,8 @@ def _report(
                 ["task_id", "type", "status", "retry_count", "error_class"],
                 [[r.task_id, r.type, r.status_text, r.retry_count, r.error_class] for r in picked],
             )
-        echo(f"{'would be ' if dry_run else ''}{done_word}: {len(picked)}")
+        if picked or not task_ids:  # a refusal of every named task is said on stderr alone
+            echo(f"{'would be ' if dry_run else ''}{done_word}: {len(picked)}")
     for task_id in unknown:
         warn(f"{task_id}: no such task in {places(settings).queue}")
     for task_id in refused:

@@ -220,6 +220,13 @@ def test_requeue_task_keeps_the_failed_default_and_skip_refuses_finished(
     before = len(book.log(other))
     r = run_cli(["skip", "--task", other, "--json"])
     assert r.json()["skipped"] == 0 and len(book.log(other)) == before
+    # a refusal of every named task: one line on stderr, exit 2, no "0" count on stdout
+    for verb in ("requeue", "skip"):
+        r = run_cli([verb, "--task", "t_nosuch"])
+        assert (r.code, r.stdout) == (2, ""), r
+        assert (
+            r.stderr.startswith("sheetq: t_nosuch: no such task in ") and r.stderr.count("\n") == 1
+        )
 
 
 def test_init_leaves_twin_rows_without_task_id_for_a_person(empty_book: Book) -> None:
