@@ -584,10 +584,12 @@ class QueuePort(Protocol):
         include_failed: bool,
         dry_run: bool,
         lock_wait: float,
+        on_wait: Callable[[str], None] | None = None,
     ) -> ArchiveOutcome:
         """Move finished tasks older than ``older_than`` seconds (and log rows older than
         ``log_older_than``) to the archive; waits up to ``lock_wait`` seconds for a run that
-        holds the queue where runs exclude archiving."""
+        holds the queue where runs exclude archiving, first telling ``on_wait`` what it waits
+        for (one line)."""
         ...
 
     def send_alerts(

@@ -84,6 +84,7 @@ def archive(
         include_failed=include_failed,
         dry_run=dry_run,
         lock_wait=LOCK_WAIT,
+        on_wait=warn,
     )
     report, logs = outcome.report, outcome.logs
     if report is None:  # a `process` run on this host held the queue past LOCK_WAIT

@@ -205,6 +205,7 @@ class PgQueue:
         include_failed: bool,
         dry_run: bool,
         lock_wait: float,
+        on_wait: Callable[[str], None] | None = None,
     ) -> ArchiveOutcome:
         """Tasks and log rows, each in one transaction; no run lease to wait for (§11)."""
         report = ArchiveReport(dry_run, now)

@@ -383,6 +383,7 @@ class SheetQueue:
         include_failed: bool,
         dry_run: bool,
         lock_wait: float,
+        on_wait: Callable[[str], None] | None = None,
     ) -> ArchiveOutcome:
         """``run_archive`` then ``run_log_archive``; exclusive with ``process`` on this host
         (a run holds rows by number between reads): waits up to ``lock_wait`` seconds for
@@ -399,7 +400,15 @@ class SheetQueue:
 
         host_lock = host_lock_for(self.settings, timeout=lock_wait)
         try:
-            host_lock.acquire()
+            try:
+                host_lock.acquire(timeout=0)
+            except Timeout:
+                if on_wait is not None:
+                    on_wait(
+                        f"a sheetq process run on this host holds this queue "
+                        f"({host_lock.lock_file}); waiting up to {lock_wait:g}s for it to finish"
+                    )
+                host_lock.acquire()
         except Timeout:
             return ArchiveOutcome(None, held_by=str(host_lock.lock_file))
         try:

@@ -248,7 +248,8 @@ def test_live_lease_blocks_and_stale_lease_is_cleared(
 def test_process_run_on_this_host_makes_archive_wait_then_give_up(
     book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The host lock of a running `process` is waited for; still held: one line, exit 0."""
+    """The host lock of a running `process` is waited for, saying so first; still held: one
+    line more, exit 0."""
     sheet_only(book, "PostgreSQL has no run lock; archive and workers share the queue by row")
     from filelock import FileLock
 
@@ -265,6 +266,9 @@ def test_process_run_on_this_host_makes_archive_wait_then_give_up(
         r = run_cli(["archive", "--older-than", "30d", "--json"])
     assert r.code == 0 and r.json() == {"archived": 0, "dry_run": False, "locked": True}
     assert _grid_state(book) == state
+    waited, gave_up = r.stderr.strip().splitlines()  # it says so before it waits
+    assert "holds this queue" in waited and "waiting up to 0.05s" in waited, r.stderr
+    assert "nothing archived" in gave_up
 
 
 # --- failures mid-write -------------------------------------------------------------------
