@@ -7,30 +7,11 @@ FROM sheetq_mirror_state
 WHERE queue = %(queue)s;
 
 -- name: mirror_window
--- The window the sheet shows (docs/design.md §12) as the §2 cell texts, in queue order:
--- the open tasks (%(open)s text[]) and the finished ones changed since %(since)s. Times
--- as `2026-01-05T09:00:00Z` (empty when NULL), everything else as text, one column per
--- entry of QUEUE_COLUMNS in its order. %(queue)s.
-SELECT t.task_id::text,
-       coalesce(to_char(t.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), ''),
-       t.type::text,
-       t.payload_json::text,
-       t.status::text,
-       t.retry_count::text,
-       coalesce(to_char(t.next_retry_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), ''),
-       t.last_error::text,
-       t.idempotency_key::text,
-       coalesce(to_char(t.updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), ''),
-       t.error_class::text,
-       t.result::text,
-       t.lease_owner::text,
-       coalesce(to_char(t.lease_until AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), ''),
-       t.payload_hash::text,
-       coalesce(to_char(t.alerted_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), ''),
-       t.owner::text,
-       t.priority::text,
-       t."group"::text
-FROM sheetq_tasks AS t
+-- The window the sheet shows (docs/design.md §12) as the §2 cell texts
+-- (sheetq_task_cells), in queue order: the open tasks (%(open)s text[]) and the finished
+-- ones changed since %(since)s. %(queue)s.
+SELECT c.*
+FROM sheetq_tasks AS t CROSS JOIN LATERAL sheetq_task_cells(t) AS c
 WHERE t.queue = %(queue)s
   AND (t.status = ANY(%(open)s::text[]) OR t.updated_at >= %(since)s)
 ORDER BY t.created_at, t.task_id;
@@ -39,26 +20,8 @@ ORDER BY t.created_at, t.task_id;
 -- Some tasks (%(ids)s text[]) as the cell texts of `mirror_window`, in queue order, each
 -- locked (FOR UPDATE) until the transaction ends: the managers' edits are planned from
 -- them and applied in the same transaction. %(queue)s.
-SELECT t.task_id::text,
-       coalesce(to_char(t.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), ''),
-       t.type::text,
-       t.payload_json::text,
-       t.status::text,
-       t.retry_count::text,
-       coalesce(to_char(t.next_retry_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), ''),
-       t.last_error::text,
-       t.idempotency_key::text,
-       coalesce(to_char(t.updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), ''),
-       t.error_class::text,
-       t.result::text,
-       t.lease_owner::text,
-       coalesce(to_char(t.lease_until AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), ''),
-       t.payload_hash::text,
-       coalesce(to_char(t.alerted_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), ''),
-       t.owner::text,
-       t.priority::text,
-       t."group"::text
-FROM sheetq_tasks AS t
+SELECT c.*
+FROM sheetq_tasks AS t CROSS JOIN LATERAL sheetq_task_cells(t) AS c
 WHERE t.queue = %(queue)s AND t.task_id = ANY(%(ids)s::text[])
 ORDER BY t.created_at, t.task_id
 FOR UPDATE OF t;
