@@ -115,6 +115,41 @@ def test_alerts_telegram_missed_are_sent_by_the_next_run(
     assert len(_texts(fake)) == 2
 
 
+def test_a_failed_probe_sends_no_second_opened_and_an_untold_opening_no_closed(
+    book: Book, fake: FakeBotAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One outage, one "opened": the probe that fails at 10:01 re-opens the breaker without
+    a message (escalation set to a day, so none is due); the probe at 11:02 succeeds: one
+    "closed again". An opening Telegram never took ends with the outage: no "closed"."""
+    _setup(tmp_path, monkeypatch)
+    config = Path("sheetq.toml").read_text(encoding="utf-8")
+    write_config(
+        config.replace(
+            'breaker_cooldown = "1h"\n', 'breaker_cooldown = "1h"\nescalate_after = "1d"\n'
+        )
+    )
+    monkeypatch.setenv("EXIT", "75")
+    _run(monkeypatch, 9, 0)
+    assert len(_texts(fake)) == 1 and "connector crm opened" in _texts(fake)[0]
+    _run(monkeypatch, 10, 1)  # the probe fails: open again, the same outage
+    assert len(_texts(fake)) == 1, _texts(fake)
+    monkeypatch.setenv("EXIT", "0")
+    _run(monkeypatch, 11, 2)
+    assert len(_texts(fake)) == 2 and "connector crm closed again" in _texts(fake)[1]
+    # a second outage that Telegram never hears of: no "closed again" for it either
+    monkeypatch.setenv("EXIT", "75")
+    enqueue_task({"n": 9}, "lead")
+    fake.down()
+    _run(monkeypatch, 11, 3)
+    fake.up()
+    monkeypatch.setenv("EXIT", "0")
+    fake.down()
+    _run(monkeypatch, 12, 4)  # its probe succeeds while Telegram is still down
+    fake.up()
+    _run(monkeypatch, 12, 5)
+    assert len(_texts(fake)) == 2, _texts(fake)
+
+
 def test_sheetq_alert_sends_a_connectors_owed_alert_once(
     book: Book, fake: FakeBotAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

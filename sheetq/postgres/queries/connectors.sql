@@ -38,14 +38,16 @@ SELECT name FROM c;
 
 -- name: connector_resume
 -- A person's resume of %(name)s: closed, the streak and any probe forgotten, whatever the
--- state was; logged `resumed`; a connector that was open owes its "closed" alert.
+-- state was; logged `resumed`; a connector that was open owes its "closed" alert, unless
+-- its opening was never told (then it owes nothing, as on a sheet).
 WITH was AS MATERIALIZED (
     SELECT name, state FROM sheetq_connectors WHERE queue = %(queue)s AND name = %(name)s
 ), c AS (
     UPDATE sheetq_connectors AS s SET state = 'closed', until = NULL, reason = '',
         failures = 0, probe = '', probe_until = NULL, opened_at = NULL, escalated = false,
-        alert_owed = CASE WHEN s.state IN ('open', 'half-open') THEN 'closed'
-                          ELSE s.alert_owed END,
+        alert_owed = CASE WHEN s.state NOT IN ('open', 'half-open') THEN s.alert_owed
+                          WHEN s.alert_owed = 'opened' THEN ''
+                          ELSE 'closed' END,
         updated_at = %(now)s
     FROM was
     WHERE s.queue = %(queue)s AND s.name = was.name
