@@ -131,6 +131,8 @@ class SheetQueue:
         if settings.connectors_sheet:  # docs/design.md §13: shared state across runs
             titles[CONNECTORS_SHEET] = CONNECTOR_COLUMNS
         added = store.ensure_worksheets(titles)
+        for title, columns in added.items():
+            say(f"{title}: added column(s) {', '.join(columns)}")
         info = store.open()
         if CONNECTORS_SHEET in titles:
             (rows,) = store.read([Read(CONNECTORS_SHEET, ("name",))])
@@ -142,8 +144,6 @@ class SheetQueue:
                 say(f"{CONNECTORS_SHEET}: added connector(s) {added_names}")
         for title in (settings.queue_sheet, settings.log_sheet, settings.archive_sheet):
             info.sheet(title).columns(titles[title])
-        for title, columns in added.items():
-            say(f"{title}: added column(s) {', '.join(columns)}")
         for line in store.fit_grids(list(titles)):
             say(line)
         report = adopt_rows(store, info, settings, now=clock.now())
