@@ -20,6 +20,8 @@ the same key with another payload raises ``KeyConflict``.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 import math
 import os
@@ -155,7 +157,7 @@ def enqueue(
 
 
 async def enqueue_async(
-    conn: psycopg.AsyncConnection[Any],
+    conn: psycopg.AsyncConnection[Any] | None,
     type: str,
     payload: Mapping[str, Any],
     /,
@@ -168,11 +170,32 @@ async def enqueue_async(
     queue: str | None = None,
     config: str | os.PathLike[str] | None = None,
 ) -> EnqueueResult:
-    """``enqueue(conn, …)`` for a psycopg 3 ``AsyncConnection`` (asyncio applications):
-    the task is written inside the caller's transaction with the same rules, results and
-    errors."""
-    if conn is None or isinstance(conn, str):
-        raise TypeError("enqueue_async(): the first argument is a psycopg AsyncConnection")
+    """``enqueue(conn, …)`` for asyncio applications, with the same rules, results and
+    errors. With a psycopg 3 ``AsyncConnection``: the task is written inside the caller's
+    transaction. With ``conn=None``: the configured backend (any of them) is opened and the
+    task committed, on a worker thread (``asyncio.to_thread``), so the event loop never
+    waits on the store."""
+    if conn is None:
+        return await asyncio.to_thread(
+            functools.partial(
+                enqueue,
+                None,
+                type,
+                payload,
+                key=key,
+                delay=delay,
+                at=at,
+                priority=priority,
+                group=group,
+                queue=queue,
+                config=config,
+            )
+        )
+    if isinstance(conn, str):
+        raise TypeError(
+            "enqueue_async(): the first argument is a psycopg AsyncConnection or None "
+            "(enqueue_async(None, type, payload) uses the configured backend)"
+        )
     settings, task, clock = _task(type, payload, key, delay, at, priority, group, queue, config)
     from sheetq.postgres.enqueue import enqueue_in_async
 

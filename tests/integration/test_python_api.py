@@ -3,6 +3,7 @@ the configured queue is opened and the task committed, with the rules of `sheetq
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 
@@ -35,6 +36,22 @@ def test_enqueue_duplicate_and_conflict(book: Book) -> None:
     assert rows[0]["payload_json"] == '{"lead_id":"L-1","phone":"+380501234567"}'
     cli = run_cli(["enqueue", "lead", '{"lead_id": "L-1", "phone": "+380501234567"}', "--json"])
     assert cli.json()["outcome"] == "duplicate"
+
+
+def test_enqueue_async_without_a_connection_uses_the_configured_backend(book: Book) -> None:
+    """``await sheetq.enqueue_async(None, …)`` from an event loop: the configured backend, the
+    same outcomes (enqueued, duplicate, KeyConflict) as ``sheetq.enqueue``."""
+
+    async def main() -> tuple[sheetq.EnqueueResult, sheetq.EnqueueResult]:
+        done = await sheetq.enqueue_async(None, "lead", {"lead_id": "L-7", "n": 1})
+        again = await sheetq.enqueue_async(None, "lead", {"lead_id": "L-7", "n": 1})
+        with pytest.raises(sheetq.KeyConflict):
+            await sheetq.enqueue_async(None, "lead", {"lead_id": "L-7", "n": 2})
+        return done, again
+
+    done, again = asyncio.run(main())
+    assert done.outcome == "enqueued" and again.duplicate and again.task_id == done.task_id
+    assert [r["task_id"] for r in book.records()] == [done.task_id]
 
 
 def test_bad_input_writes_nothing(book: Book) -> None:
