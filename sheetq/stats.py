@@ -29,10 +29,13 @@ an ``enqueued`` row (adopted by ``init``) are left out. Percentiles use the
 it (always a value that occurred).
 
 Failures by error class: QueueLog has no ``error_class`` column. An ``expired`` row is
-``expired``; otherwise the class is the task's row's ``error_class`` — in Queue, else in
-QueueArchive — while that row is still ``failed`` (the row holds the class of its latest
-failure). A row that has moved on (requeued, done since) or is gone no longer records
-why that failure happened: it counts as ``unrecorded``.
+``expired``; a ``failed`` row's message starts with its class as sheetq writes it
+(``permanent: exit 65 …``, ``logged_class``), so each failure counts under its own class,
+even after a requeue. Otherwise (a lost outcome recovered as ``failed``, a message a person
+changed) the class is the task's row's ``error_class`` — in Queue, else in QueueArchive —
+while that row is still ``failed`` (the row holds the class of its latest failure). A row
+that has moved on (requeued, done since) or is gone no longer records why that failure
+happened: it counts as ``unrecorded``.
 
 ``oldest_waiting_seconds``: from Queue, the largest now − ``created_at`` over
 ``pending``/``retry`` rows.
@@ -50,14 +53,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
-from sheetq.model import WAITING, CellValue, Row, Status
+from sheetq.model import WAITING, CellValue, ErrorClass, Row, Status
 from sheetq.times import format_ts, parse_ts
 
-LOG_COLUMNS = ("ts", "task_id", "type", "event", "status", "duration_ms")
+LOG_COLUMNS = ("ts", "task_id", "type", "event", "status", "duration_ms", "message")
 QUEUE_COLUMNS = ("task_id", "created_at", "type", "status", "error_class")
 ARCHIVE_COLUMNS = ("task_id", "status", "error_class")
 UNRECORDED = "unrecorded"
 _WAITING_TEXT = frozenset(str(s) for s in WAITING)
+_CLASSES = frozenset(str(c) for c in ErrorClass)
 _OTHER_TEXT = frozenset(str(s) for s in Status if s not in WAITING)
 _OUTCOMES = frozenset({"done", "retry", "failed", "skipped"})
 _SIMPLE = frozenset({"enqueued", "duplicate", "conflict", "claimed", "skipped", "requeued"})
@@ -259,8 +263,9 @@ def compute(
                     handler_ms.append(int(duration))
             stats.done += 1
         elif outcome == "failed":
-            if event == "expired":
-                stats.failed_by_error_class["expired"] += 1
+            logged = "expired" if event == "expired" else logged_class(values.get("message"))
+            if logged:
+                stats.failed_by_error_class[logged] += 1
             else:
                 failures.append(_text(values.get("task_id")))
             stats.failed += 1
@@ -292,6 +297,14 @@ def compute(
         stats.failed_by_error_class[classes.get(task) or UNRECORDED] += 1
     stats.oldest_waiting = _oldest_waiting(queue, now, wanted, tz, locale)
     return stats
+
+
+def logged_class(message: CellValue) -> str:
+    """The error class a QueueLog message starts with (``permanent: exit 65 …``:
+    ``permanent``), as ``sheetq.policy.outcome_message`` writes a failure's; ``""`` when it
+    starts with none. PostgreSQL's ``stats_failure_classes`` reads it the same way."""
+    head, colon, _ = _text(message).partition(": ")
+    return head if colon and head in _CLASSES else ""
 
 
 def _error_classes(

@@ -24,7 +24,7 @@ from typing import Any
 import psycopg
 
 from sheetq.config import Settings
-from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS, WAITING, Row, Status
+from sheetq.model import LOG_COLUMNS, QUEUE_COLUMNS, WAITING, ErrorClass, Row, Status
 from sheetq.port import BlockedGroup, DueAtPriority, QueueTally
 from sheetq.postgres.codec import values_from_record
 from sheetq.postgres.queries import QUERIES
@@ -280,12 +280,15 @@ def _failure_classes(
     pairs: Sequence[tuple[str, str]],
     params: dict[str, Any],
 ) -> None:
-    """Failures (other than expiry) in the window by the error class of the task's row in
-    Queue, else QueueArchive, while that row is ``failed``; ``unrecorded`` otherwise."""
-    groups = conn.execute(QUERIES["stats_failure_classes"], params | _pairs(pairs)).fetchall()
+    """Failures (other than expiry) in the window by the error class their log message
+    starts with (``sheetq.stats.logged_class``), else by that of the task's row in Queue,
+    else QueueArchive, while that row is ``failed``; ``unrecorded`` otherwise."""
+    classes = {"classes": [str(c) for c in ErrorClass]}
+    groups = conn.execute(
+        QUERIES["stats_failure_classes"], params | _pairs(pairs) | classes
+    ).fetchall()
     for g in groups:
         error_class = str(g["error_class"] or "").strip().lower()
         failed = Status.parse(g["status"]) is Status.FAILED
-        stats.failed_by_error_class[error_class if failed and error_class else UNRECORDED] += int(
-            g["n"]
-        )
+        kept = error_class if failed and error_class else UNRECORDED
+        stats.failed_by_error_class[g["logged"] or kept] += int(g["n"])

@@ -264,8 +264,10 @@ def test_since_accepts_durations_and_iso_times_and_refuses_the_rest(
 def test_error_class_of_an_archived_failure_is_read_from_the_archive(
     book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A failure whose row was archived keeps its class (read from QueueArchive); a failure
-    whose row was requeued since no longer records one."""
+    """Each failure counts under the class its log row starts with, also after its row was
+    archived or requeued; a failure whose message does not say (a person edited it) takes
+    its row's class while the row is failed (read from QueueArchive once archived), else it
+    is unrecorded."""
     fail = "import sys\nsys.stdin.read()\nsys.exit(65)\n"
     write_config(f"[types.job]\ncommand = {_command(tmp_path, 'fail', fail)}\n")
     _at(monkeypatch, T0)
@@ -277,11 +279,14 @@ def test_error_class_of_an_archived_failure_is_read_from_the_archive(
     doc = run_cli(["archive", "--older-than", "30d", "--include-failed", "--json"]).json()
     assert doc["task_ids"] == [archived]
     doc = run_cli(["stats", "--since", "60d", "--json"]).json()
-    assert doc["failed"] == 2 and doc["failed_by_error_class"] == {
-        "permanent": 1,
-        "unrecorded": 1,
-    }
+    assert doc["failed"] == 2 and doc["failed_by_error_class"] == {"permanent": 2}
     assert doc["archived"] == 1 and doc["requeued"] == 1
+    # the failure log rows as a person rewrote them: the rows' classes, as far as they tell
+    for n, entry in enumerate(book.log()):
+        if entry["event"] == "failed":
+            book.set_cell("QueueLog", n + 2, "message", "checked by Olena")
+    doc = run_cli(["stats", "--since", "60d", "--json"]).json()
+    assert doc["failed_by_error_class"] == {"permanent": 1, "unrecorded": 1}
 
 
 @pytest.mark.google

@@ -65,6 +65,14 @@ def _task(rng: random.Random, n: int) -> dict[str, Any]:
     return row
 
 
+# a failure's class at the head of its message, as sheetq writes it, and near misses
+MESSAGES = [
+    "", "", "permanent: exit 65 (EX_DATAERR): VAT", "transient: 503", "auth: 401",
+    "rate_limited: 429", " unknown: timeout", "Permanent: typed", "permanent:no space",
+    "permanent", "expired: old", "nosuch: x", "lost outcome; retrying", "config: no cmd",
+]  # fmt: skip
+
+
 def _log(rng: random.Random, task: dict[str, Any]) -> list[dict[str, Any]]:
     """A task's history: enqueued (sometimes before the window, sometimes missing), then
     random events, some late outcomes refused (status ≠ event), some statuses typed oddly."""
@@ -90,7 +98,7 @@ def _log(rng: random.Random, task: dict[str, Any]) -> list[dict[str, Any]]:
             "task_id": task["task_id"],
             "type": kind,
             "retry_count": 0,
-            "message": "",
+            "message": rng.choice(MESSAGES),
             "run_id": "r",
             "duration_ms": rng.choice([None, rng.randint(0, 9000)])
             if r["event"] == "done"

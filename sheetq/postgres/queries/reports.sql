@@ -153,9 +153,14 @@ WHERE l.queue = %(queue)s AND l.ts >= %(since)s
   AND l.duration_ms IS NOT NULL;
 
 -- name: stats_failure_classes
--- The window's failures (pairs as stats_to_done) by the status and error class of the
--- task's row in the queue, else in the archive.
-SELECT CASE WHEN t.task_id IS NOT NULL THEN t.status ELSE a.status END AS status,
+-- The window's failures (pairs as stats_to_done) by the error class their message starts
+-- with (`logged`: one of %(classes)s followed by ": ", as sheetq.stats.logged_class reads
+-- it; '' for none), and by the status and error class of the task's row in the queue,
+-- else in the archive.
+SELECT CASE WHEN position(': ' IN btrim(l.message, %(ws)s)) > 0
+                 AND split_part(btrim(l.message, %(ws)s), ': ', 1) = ANY(%(classes)s::text[])
+            THEN split_part(btrim(l.message, %(ws)s), ': ', 1) ELSE '' END AS logged,
+       CASE WHEN t.task_id IS NOT NULL THEN t.status ELSE a.status END AS status,
        CASE WHEN t.task_id IS NOT NULL THEN t.error_class ELSE a.error_class END
            AS error_class,
        count(*) AS n
@@ -165,7 +170,7 @@ LEFT JOIN sheetq_archive AS a ON a.queue = l.queue AND a.task_id = btrim(l.task_
 WHERE l.queue = %(queue)s AND l.ts >= %(since)s
   AND (l.event, l.status) IN (SELECT * FROM unnest(%(ev)s::text[], %(st)s::text[]))
   AND (%(all)s OR btrim(l.type, %(ws)s) = ANY(%(types)s::text[]))
-GROUP BY 1, 2;
+GROUP BY 1, 2, 3;
 
 -- name: stats_waiting
 -- The oldest waiting task of each type (its creation).
