@@ -408,6 +408,7 @@ class ArchiveReport:
     already_archived: list[str] = field(default_factory=list)
     ambiguous: list[str] = field(default_factory=list)
     undated: list[str] = field(default_factory=list)
+    unalerted: list[str] = field(default_factory=list)  # moved failed, alert never sent
     vanished: list[str] = field(default_factory=list)
     put_back: list[str] = field(default_factory=list)
     writes: int = 0
@@ -578,7 +579,7 @@ class QueuePort(Protocol):
     def archive(
         self,
         *,
-        now: datetime,
+        clock: Clock,
         older_than: float | None,
         log_older_than: float | None,
         include_failed: bool,
@@ -589,7 +590,8 @@ class QueuePort(Protocol):
         """Move finished tasks older than ``older_than`` seconds (and log rows older than
         ``log_older_than``) to the archive; waits up to ``lock_wait`` seconds for a run that
         holds the queue where runs exclude archiving, first telling ``on_wait`` what it waits
-        for (one line)."""
+        for (one line). The cutoffs and the log rows' time are ``clock``'s once the queue is
+        free (after any wait)."""
         ...
 
     def send_alerts(

@@ -78,7 +78,7 @@ def archive(
     where = places(state.settings())
     queue = state.queue()
     outcome = queue.archive(
-        now=state.clock().now(),
+        clock=state.clock(),
         older_than=seconds,
         log_older_than=log_seconds,
         include_failed=include_failed,
@@ -111,6 +111,7 @@ def archive(
                 "ambiguous": report.ambiguous,
                 "undated": report.undated,
             },
+            "unalerted": report.unalerted,
             "vanished": report.vanished,
             "put_back": report.put_back,
             "locked": bool(report.locked),
@@ -169,6 +170,13 @@ def _warnings(report: ArchiveReport, archive_sheet: str, queue_sheet: str) -> No
         warn(
             f"{len(report.undated)} finished row(s) have no readable updated_at or created_at "
             f"(e.g. {report.undated[0]}); left in {queue_sheet}"
+        )
+    if report.unalerted:
+        verb = "would be" if report.dry_run else "were"
+        warn(
+            f"{len(report.unalerted)} failed row(s) {verb} archived before their alert was "
+            f"sent (e.g. {report.unalerted[0]}): no alert follows them from {archive_sheet}; "
+            "run `sheetq alert` before archiving to send it"
         )
     if report.vanished:
         warn(

@@ -199,7 +199,7 @@ class PgQueue:
     def archive(
         self,
         *,
-        now: datetime,
+        clock: Clock,
         older_than: float | None,
         log_older_than: float | None,
         include_failed: bool,
@@ -208,6 +208,7 @@ class PgQueue:
         on_wait: Callable[[str], None] | None = None,
     ) -> ArchiveOutcome:
         """Tasks and log rows, each in one transaction; no run lease to wait for (§11)."""
+        now = clock.now()
         report = ArchiveReport(dry_run, now)
         if older_than is not None:
             report = manage.archive(

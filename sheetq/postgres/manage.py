@@ -171,6 +171,8 @@ def archive(
         if record["already"]:
             report.already_archived.append(str(record["task_id"]))
             continue
+        if record["owed"]:
+            report.unalerted.append(str(record["task_id"]))
         report.by_status[str(record["status"])] += 1
         report.task_ids.append(str(record["task_id"]))
     if report.task_ids and not dry_run:

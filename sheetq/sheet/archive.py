@@ -71,12 +71,14 @@ _LOG_WIDTH = len(LOG_COLUMNS)
 
 @dataclass
 class Selection:
-    """Queue rows to move, in sheet order, and the finished rows left behind (task ids)."""
+    """Queue rows to move, in sheet order, the finished rows left behind (task ids), and
+    the failed rows moved with their alert still owed."""
 
     moves: list[QueueRow] = field(default_factory=list)
     already_archived: list[str] = field(default_factory=list)
     ambiguous: list[str] = field(default_factory=list)
     undated: list[str] = field(default_factory=list)
+    unalerted: list[str] = field(default_factory=list)
 
     @property
     def by_status(self) -> Counter[str]:
@@ -116,7 +118,9 @@ def select(
     Left in Queue (reported, never moved): a task id already in QueueArchive (moving it
     would double it), a task id on more than one Queue row (re-location by task id would
     be ambiguous), and a finished row with neither a readable ``updated_at`` nor
-    ``created_at`` (its age is unknown).
+    ``created_at`` (its age is unknown). ``unalerted``: the failed rows it moves whose
+    alert is still owed (blank ``alerted_at``, docs/design.md §9): once archived, no run
+    alerts them, so the command says so.
     """
     statuses = set(ARCHIVABLE) | ({Status.FAILED} if include_failed else set())
     seen = Counter(r.task_id for r in rows)
@@ -136,6 +140,8 @@ def select(
             picked.already_archived.append(row.task_id)
         else:
             picked.moves.append(row)
+            if row.status is Status.FAILED and not row.alerted_at:
+                picked.unalerted.append(row.task_id)
     picked.ambiguous = sorted(set(picked.ambiguous))
     return picked
 
@@ -369,6 +375,7 @@ def run_archive(
             report.already_archived = picked.already_archived
             report.ambiguous = picked.ambiguous
             report.undated = picked.undated
+            report.unalerted = picked.unalerted
         columns = {name for name in archive_snap.header if name}
         moves = picked.moves
         if dry_run:

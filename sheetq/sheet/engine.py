@@ -377,7 +377,7 @@ class SheetQueue:
     def archive(
         self,
         *,
-        now: datetime,
+        clock: Clock,
         older_than: float | None,
         log_older_than: float | None,
         include_failed: bool,
@@ -389,7 +389,8 @@ class SheetQueue:
         (a run holds rows by number between reads): waits up to ``lock_wait`` seconds for
         its host lock."""
 
-        def run() -> ArchiveOutcome:
+        def run() -> ArchiveOutcome:  # the time once the queue is free: after any wait
+            now = clock.now()
             return self._archive(now, older_than, log_older_than, include_failed, dry_run)
 
         if dry_run:

@@ -103,9 +103,14 @@ def test_old_finished_rows_move_newer_and_waiting_stay(
     assert archived == {ids["done1"], ids["done2"], ids["skipped"]}
     left = {row["task_id"] for row in book.records()}
     assert left == {ids["failed"], ids["retry"], ids["pending"], ids["fresh"]}
-    doc = run_cli(["archive", "--older-than", "30d", "--include-failed", "--json"]).json()
+    dry = run_cli(["archive", "--older-than", "30d", "--include-failed", "--dry-run"])
+    # its alert was never sent (no Telegram here): the move says so, once
+    assert dry.stderr.count("would be archived before their alert was sent") == 1, dry.stderr
+    r = run_cli(["archive", "--older-than", "30d", "--include-failed", "--json"])
+    doc = r.json()
     assert doc["archived"] == 1 and doc["task_ids"] == [ids["failed"]]
     assert doc["by_status"] == {"done": 0, "skipped": 0, "failed": 1}
+    assert doc["unalerted"] == [ids["failed"]] and ids["failed"] in r.stderr
     waiting = {ids["retry"], ids["pending"], ids["fresh"]}
     assert {row["task_id"] for row in book.records()} == waiting
     doc = run_cli(["archive", "--older-than", "1d", "--include-failed", "--json"]).json()
@@ -269,6 +274,60 @@ def test_process_run_on_this_host_makes_archive_wait_then_give_up(
     waited, gave_up = r.stderr.strip().splitlines()  # it says so before it waits
     assert "holds this queue" in waited and "waiting up to 0.05s" in waited, r.stderr
     assert "nothing archived" in gave_up
+
+
+def test_archive_that_waited_for_a_run_takes_its_time_after_the_wait(
+    book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `process` run holds the queue for a while: archive says it waits, and its cutoff and
+    its log rows' time are the clock's once the queue is free (QueueLog stays in time order),
+    not the moment it began to wait."""
+    sheet_only(book, "PostgreSQL has no run lock; archive and workers share the queue by row")
+    import threading
+
+    from filelock import FileLock
+
+    from sheetq.cli import _context
+    from sheetq.config import load_settings
+    from sheetq.sheet.runner import lock_path
+
+    ids = _mixed(book, tmp_path, monkeypatch)  # at T0 + 40d; "fresh" finished at T0 + 35d
+    released = threading.Event()
+    later = T0 + timedelta(days=70)
+
+    class Clock:
+        def now(self) -> datetime:
+            return later if released.is_set() else T0 + timedelta(days=40)
+
+        def monotonic(self) -> float:
+            return time.monotonic()
+
+        def sleep(self, seconds: float) -> None:
+            time.sleep(seconds)
+
+    monkeypatch.setattr(_context, "clock_from_env", Clock)
+    path = lock_path(load_settings())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    held = threading.Event()
+
+    def run() -> None:  # a process run on this host, for 0.3 s
+        with FileLock(str(path)):
+            held.set()
+            time.sleep(0.3)
+            released.set()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    held.wait(5)
+    r = run_cli(["archive", "--older-than", "30d", "--json"])
+    thread.join()
+    assert r.code == 0, r.stderr
+    assert "waiting up to 30s" in r.stderr
+    assert ids["fresh"] in r.json()["task_ids"]  # 35 days old by the clock after the wait
+    stamps = [e["ts"] for e in book.log() if e["event"] == "archived"]
+    assert stamps and set(stamps) == {"2026-03-16T09:00:00Z"}
+    every = [e["ts"] for e in book.log()]
+    assert every == sorted(every)
 
 
 # --- failures mid-write -------------------------------------------------------------------

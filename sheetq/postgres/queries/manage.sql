@@ -97,14 +97,16 @@ ORDER BY t.created_at, t.task_id;
 -- name: archive_tasks
 -- `sheetq archive --older-than`, one statement: the finished tasks (%(statuses)s) last
 -- changed before %(before)s move to sheetq_archive whole, each with an `archived` log row.
--- A task id already in the archive is left in the queue and reported (`already`); keys
--- stay in sheetq_keys, so an archived task's key still deduplicates. Returns every task
+-- A task id already in the archive is left in the queue and reported (`already`); a failed
+-- task moved with its alert still owed is marked (`owed`: alerted_at NULL; nothing alerts
+-- it once archived); keys stay in sheetq_keys, so an archived task's key still
+-- deduplicates. Returns every task
 -- found, in queue order. %(queue)s, %(now)s, %(before)s (a whole second: a time compares
 -- as its second, as everywhere else), %(dry)s, %(run_id)s, %(message)s.
 WITH found AS (
     SELECT t.*, EXISTS (
         SELECT 1 FROM sheetq_archive AS a WHERE a.queue = t.queue AND a.task_id = t.task_id
-    ) AS already
+    ) AS already, (t.status = 'failed' AND t.alerted_at IS NULL) AS owed
     FROM sheetq_tasks AS t
     WHERE t.queue = %(queue)s AND t.status = ANY(%(statuses)s::text[])
       AND t.updated_at < %(before)s
@@ -133,7 +135,7 @@ logged AS (
     FROM moved AS m
     ORDER BY m.created_at, m.task_id
 )
-SELECT task_id, status, already FROM found ORDER BY created_at, task_id;
+SELECT task_id, status, already, owed FROM found ORDER BY created_at, task_id;
 
 -- name: archive_log
 -- `sheetq archive --log-older-than`, one statement: the queue's log rows stamped before
