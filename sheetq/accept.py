@@ -16,7 +16,7 @@ from sheetq.errors import InputError
 from sheetq.idempotency import canonical_json, check_size, derive_key, payload_hash
 from sheetq.model import PRIORITY_RULE, Status, new_task_id, parse_priority
 from sheetq.order import clean_group, derive_group
-from sheetq.times import format_ts
+from sheetq.times import format_not_before
 
 
 @dataclass
@@ -80,7 +80,7 @@ class Decided:
         """The log row's message: a delay for a new task; what was found for the others."""
         task, found = self.task, self.found
         if found is None:
-            return f"delayed until {format_ts(task.not_before)}" if task.not_before else ""
+            return f"delayed until {format_not_before(task.not_before)}" if task.not_before else ""
         where = " (archived)" if found.archived else ""
         line = f" (line {task.line})" if task.line else ""
         if self.outcome == "duplicate":

@@ -43,7 +43,7 @@ from sheetq.port import AlertItem, Claimed
 from sheetq.redact import own_secrets, redact
 from sheetq.retry import Decision, Outcome, decide
 from sheetq.summary import RunSummary
-from sheetq.times import format_ts
+from sheetq.times import format_not_before, format_ts
 
 # The per-task lines keep the logger they always had, so filters on it keep working.
 log = logging.getLogger("sheetq.runner")
@@ -280,7 +280,7 @@ class Executor:
         decision = self._decide(outcome, row, config, task.payload if task else None)
         then = decision.status.value  # the handler's time, then what follows from it
         if decision.status is Status.RETRY and decision.next_retry_at is not None:
-            then = f"retry at {format_ts(decision.next_retry_at)}"
+            then = f"retry at {format_not_before(decision.next_retry_at)}"
         log.info("%s %s: handler ran %.2fs, %s", row.task_id, row.type, duration_ms / 1000, then)
         with self._lock:
             if result_cut(decision.result):  # said once per type and run; each cut is in QueueLog

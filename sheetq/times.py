@@ -35,6 +35,15 @@ def format_ts(when: datetime) -> str:
     return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def format_not_before(when: datetime) -> str:
+    """``format_ts`` of a not-before time, rounded up to the next whole second when it has a
+    fraction: a cell holds seconds, and a task must never become due before its delay or
+    backoff has passed (``12:00:05.3`` is written ``12:00:06``)."""
+    if when.microsecond:
+        when = when.replace(microsecond=0) + timedelta(seconds=1)
+    return format_ts(when)
+
+
 @lru_cache(maxsize=16)
 def zone(name: str | None) -> tzinfo:
     """The time zone called ``name`` (IANA), UTC when empty or unknown."""

@@ -31,7 +31,7 @@ from sheetq.sheet.store import (
     Store,
     WorkbookInfo,
 )
-from sheetq.times import format_ts
+from sheetq.times import format_not_before, format_ts
 
 KEY_COLUMNS = ("task_id", "idempotency_key", "payload_hash", "status")
 # Google refuses a request body over 10,485,760 bytes; a write is planned to stay under this.
@@ -111,7 +111,7 @@ def plan_enqueue(
                     "payload_json": task.canonical,
                     "status": str(Status.PENDING),
                     "retry_count": 0,
-                    "next_retry_at": format_ts(task.not_before) if task.not_before else "",
+                    "next_retry_at": format_not_before(task.not_before) if task.not_before else "",
                     "idempotency_key": task.key,
                     "updated_at": stamp,
                     "payload_hash": task.payload_hash,

@@ -32,7 +32,7 @@ from sheetq.policy import due_since, expiry, is_due, log_values, outcome_message
 from sheetq.redact import printable, shorten
 from sheetq.retry import Decision
 from sheetq.sheet.store import AppendRow, CellValue, ChangeSet, Row, UpdateRow, cell_text
-from sheetq.times import Unparseable, format_ts, parse_ts
+from sheetq.times import Unparseable, format_not_before, format_ts, parse_ts
 
 # Columns a `process` scan needs: everything but the large text cells.
 SCAN_COLUMNS = (
@@ -666,7 +666,9 @@ def decision_values(decision: Decision, row: QueueRow, config: TypeConfig) -> di
     values: dict[str, CellValue] = {
         "status": str(decision.status),
         "retry_count": decision.retry_count,
-        "next_retry_at": format_ts(decision.next_retry_at) if decision.next_retry_at else "",
+        "next_retry_at": format_not_before(decision.next_retry_at)
+        if decision.next_retry_at
+        else "",
         "error_class": str(decision.error_class) if decision.error_class else "",
         "last_error": shorten(printable(decision.message), MAX_ERROR_CHARS)
         if decision.status is not Status.DONE

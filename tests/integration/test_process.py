@@ -452,3 +452,20 @@ def test_unparseable_next_retry_at_is_due_and_warned(
     assert r.code == 0
     assert f"{task}: next_retry_at 'not a date'; treated as due" in r.stderr
     assert book.row_of(task)["status"] == "done"
+
+
+def test_a_delay_never_ends_early_though_cells_hold_whole_seconds(
+    book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Enqueued at 09:00:00.5 with `--delay 2s`: not due at 09:00:02.2 (a sheet's cell holds
+    seconds: the not-before time is rounded up, never down), due at 09:00:03."""
+    write_config(f"[types.job]\ncommand = {_exit_handler(tmp_path, 'ok', 0)}\n")
+    monkeypatch.setenv("SHEETQ_NOW", "2026-01-05T09:00:00.500000Z")
+    r = run_cli(["enqueue", "job", "{}", "--delay", "2s", "--json"])
+    assert r.code == 0, r.stderr
+    monkeypatch.setenv("SHEETQ_NOW", "2026-01-05T09:00:02.200000Z")
+    r = run_cli(["process", "--json"])
+    assert r.code == 0 and r.json()["claimed"] == 0, r.json()
+    monkeypatch.setenv("SHEETQ_NOW", "2026-01-05T09:00:03Z")
+    r = run_cli(["process", "--json"])
+    assert r.code == 0 and r.json()["done"] == 1, r.json()
