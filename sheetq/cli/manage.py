@@ -247,7 +247,7 @@ def _report(
         if picked:
             table(
                 "",
-                ["task_id", "type", "status", "retry_count", "error_class"],
+                ["task_id", "type", "was", "retry_count", "error_class"],  # status before
                 [[r.task_id, r.type, r.status_text, r.retry_count, r.error_class] for r in picked],
             )
         if picked or not task_ids:  # a refusal of every named task is said on stderr alone

@@ -66,6 +66,8 @@ def test_requeue_command_redrives_dead_letters(book: Book, tmp_path: Path) -> No
     task = _failed_task(book, tmp_path)
     r = run_cli(["requeue", "--dry-run", "--json"])
     assert r.json()["requeued"] == 1 and book.row_of(task)["status"] == "failed"
+    said = run_cli(["requeue", "--dry-run"]).stdout  # the table shows what each row was
+    assert "was" in said and "failed" in said and "would be requeued: 1" in said
     assert run_cli(["requeue", "--error-class", "auth", "--json"]).json()["requeued"] == 0
     r = run_cli(
         ["requeue", "--type", "job", "--error-class", "permanent", "--reset-attempts", "--json"]
