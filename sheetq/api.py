@@ -242,7 +242,7 @@ def _task(
             f"sheetq.enqueue: no handler is configured for type {task_type!r} in "
             f"{settings.config_path}; its tasks wait until one is",
             UserWarning,
-            stacklevel=4,
+            stacklevel=3,
         )
     return settings, task, clock
 

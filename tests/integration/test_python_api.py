@@ -79,8 +79,9 @@ def test_a_type_without_a_handler_warns_and_a_wrong_connection_is_named(book: Bo
     from tests.conftest import write_config
 
     write_config('[types.lead]\ncommand = "true"\nkey_fields = ["lead_id"]\n')
-    with pytest.warns(UserWarning, match="no handler is configured for type 'laed'"):
+    with pytest.warns(UserWarning, match="no handler is configured for type 'laed'") as seen:
         sheetq.enqueue("laed", {"lead_id": "L-1"})
+    assert seen[0].filename == __file__  # the caller's line, where the typo is
     first = sheetq.enqueue("lead", {"lead_id": "L-2"})
     again = sheetq.enqueue("lead", {"lead_id": "L-2"})
     assert again.duplicate and type(again.status) is str and again.status == first.status
