@@ -334,6 +334,20 @@ def _str_list(where: str, value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _text(where: str, value: Any, what: str) -> str:
+    """``value`` when it is text; else ``ConfigError`` naming ``where`` and what was expected."""
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}: expected {what} (text), got {value!r}")
+    return value
+
+
+def _id(where: str, value: Any, what: str) -> str:
+    """A Telegram id written as a number or as text (``-1001234567890``), as text."""
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise ConfigError(f"{where}: expected {what} (a whole number or text), got {value!r}")
+    return str(value)
+
+
 def _field_names(where: str, value: Any) -> tuple[str, ...]:
     """A list of payload field names: each non-empty (an empty name would key every task on
     a field no payload has)."""
@@ -382,7 +396,14 @@ def _handler(where: str, raw: Mapping[str, Any]) -> HandlerSpec | None:
     headers = value.get("headers", {})
     if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
         raise ConfigError(f"{where}.http.headers: expected a table of strings")
-    method = str(value.get("method", "POST")).upper()
+    method = _text(
+        f"{where}.http.method", value.get("method", "POST"), "an HTTP method like 'POST'"
+    )
+    if not re.fullmatch(r"[A-Za-z]+", method):
+        raise ConfigError(
+            f"{where}.http.method: expected an HTTP method like 'POST', got {method!r}"
+        )
+    method = method.upper()
     return HandlerSpec("http", url=url.strip(), method=method, headers=dict(headers))
 
 
@@ -441,7 +462,7 @@ def _type(name: str, raw: Any, defaults: TypeConfig, base_dir: Path) -> TypeConf
     owner = raw.get("owner", defaults.owner)
     if not isinstance(owner, str):
         raise ConfigError(f"{where}.owner: expected a string")
-    cwd = raw.get("cwd")
+    cwd = _text(f"{where}.cwd", raw["cwd"], "a folder path") if "cwd" in raw else None
     blocks = raw.get("group_blocks_on_failure", False)
     if not isinstance(blocks, bool):
         raise ConfigError(f"{where}.group_blocks_on_failure: expected true or false")
@@ -471,7 +492,7 @@ def _type(name: str, raw: Any, defaults: TypeConfig, base_dir: Path) -> TypeConf
         redact_fields=defaults.redact_fields
         + _str_list(f"{where}.redact_fields", raw.get("redact_fields", [])),
         env=dict(env),
-        cwd=(base_dir / cwd) if isinstance(cwd, str) else base_dir,
+        cwd=(base_dir / cwd) if cwd is not None else base_dir,
         connector=connector,
     )
 
@@ -624,7 +645,7 @@ def _settings(
     database_url: str | None,
 ) -> Settings:
     base_dir = config_path.parent if config_path else Path.cwd()
-    where = str(config_path.name if config_path else DEFAULT_CONFIG)
+    where = str(config_path or DEFAULT_CONFIG)  # the full path, like a table's errors
     _unknown_keys(where, raw, _TOP_KEYS)
     queue = raw.get("queue", {})
     defaults_raw = raw.get("defaults", {})
@@ -636,7 +657,7 @@ def _settings(
         ("[types]", raw.get("types", {})),
     ):
         if not isinstance(value, dict):
-            raise ConfigError(f"{where} {section}: expected a table")
+            raise ConfigError(f"{section}: expected a table")
     _unknown_keys("[queue]", queue, _QUEUE_KEYS)
     _unknown_keys("[defaults]", defaults_raw, _DEFAULT_KEYS)
     _unknown_keys("[telegram]", telegram_raw, _TELEGRAM_KEYS)
@@ -645,7 +666,7 @@ def _settings(
         name="*",
         handler=None,
         policy=_policy("[defaults]", defaults_raw, RetryPolicy()),
-        owner=str(defaults_raw.get("owner", "")),
+        owner=_text("[defaults].owner", defaults_raw.get("owner", ""), "an owner's name"),
         priority=_priority("[defaults].priority", defaults_raw.get("priority", 0)),
         redact_fields=_str_list("[defaults].redact_fields", defaults_raw.get("redact_fields", [])),
         cwd=base_dir,
@@ -659,9 +680,14 @@ def _settings(
     url = (database_url or env.get("SHEETQ_DATABASE_URL") or "").strip()
     if url:
         check_database_url(url)
+    written = _text(  # checked even when the flag or variable overrides it
+        "[queue].spreadsheet",
+        queue.get("spreadsheet", ""),
+        "a Google Sheets URL or key, or local:PATH",
+    )
     sheet = (spreadsheet or env.get("SHEETQ_SPREADSHEET") or "").strip()
     if not sheet:
-        sheet = str(queue.get("spreadsheet", "")).strip()
+        sheet = written.strip()
         if sheet.startswith("local:") and not Path(sheet[6:]).expanduser().is_absolute():
             sheet = f"local:{base_dir / sheet[6:]}"  # like handlers: relative to sheetq.toml
     if require_spreadsheet and not sheet and not url:
@@ -672,16 +698,22 @@ def _settings(
         )
 
     def pick(env_name: str, key: str, default: str) -> str:
-        value = env.get(env_name) or queue.get(key) or default
-        if not isinstance(value, str) or not value.strip():
-            raise ConfigError(f"{env_name} / [queue].{key}: expected a worksheet title")
+        # the file's value is checked even when the variable overrides it: the file is wrong
+        if key in queue:
+            written = _text(f"[queue].{key}", queue[key], "a worksheet title")
+            if not written.strip():
+                raise ConfigError(
+                    f"[queue].{key}: an empty worksheet title; remove the key for the "
+                    f"default {default!r}"
+                )
+        source, value = env_name, env.get(env_name) or ""
+        if not value:
+            source, value = f"[queue].{key}", queue.get(key) or default
+        if not value.strip():
+            raise ConfigError(f"{source}: expected a worksheet title, got {value!r}")
         if value != value.strip():  # "  Queue  " would silently make a second worksheet
             logging.getLogger("sheetq.config").warning(
-                "%s / [queue].%s: %r has spaces around it; using %r",
-                env_name,
-                key,
-                value,
-                value.strip(),
+                "%s: %r has spaces around it; using %r", source, value, value.strip()
             )
         return value.strip()
 
@@ -698,18 +730,24 @@ def _settings(
     batch_size = queue.get("batch_size", 10)
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise ConfigError(f"[queue].batch_size: expected a whole number ≥ 1, got {batch_size!r}")
-    lock_dir = env.get("SHEETQ_LOCK_DIR") or queue.get("lock_dir") or _default_lock_dir(env)
-    template = telegram_raw.get("template")
+    written_lock_dir = _text("[queue].lock_dir", queue.get("lock_dir", ""), "a folder path")
+    lock_dir = env.get("SHEETQ_LOCK_DIR") or written_lock_dir or _default_lock_dir(env)
+    template = (
+        _text("[telegram].template", telegram_raw["template"], "a file path")
+        if "template" in telegram_raw
+        else None
+    )
+    chat_id = _id("[telegram].chat_id", telegram_raw.get("chat_id", ""), "a chat id")
+    thread_id = _id("[telegram].thread_id", telegram_raw.get("thread_id", ""), "a topic's id")
+    api_url = _text("[telegram].api_url", telegram_raw.get("api_url", ""), "a URL")
     telegram = TelegramSettings(
         token=env.get("TELEGRAM_BOT_TOKEN", "").strip(),
-        chat_id=str(env.get("TELEGRAM_CHAT_ID") or telegram_raw.get("chat_id", "")).strip(),
-        thread_id=str(env.get("TELEGRAM_THREAD_ID") or telegram_raw.get("thread_id", "")).strip(),
+        chat_id=(env.get("TELEGRAM_CHAT_ID") or chat_id).strip(),
+        thread_id=(env.get("TELEGRAM_THREAD_ID") or thread_id).strip(),
         api_url=(
-            env.get("SHEETQ_TELEGRAM_API_URL")
-            or telegram_raw.get("api_url")
-            or "https://api.telegram.org"
+            env.get("SHEETQ_TELEGRAM_API_URL") or api_url or "https://api.telegram.org"
         ).rstrip("/"),
-        template=(base_dir / template) if isinstance(template, str) else None,
+        template=(base_dir / template) if template is not None else None,
     )
     return Settings(
         enqueue_timeout=_enqueue_timeout(env),
@@ -731,14 +769,14 @@ def _settings(
         base_dir=base_dir,
         database_url=url,
         connectors=connectors,
-        ingress=_table(where, "[ingress]", raw.get("ingress", {})),
+        ingress=_table("[ingress]", raw.get("ingress", {})),
         **_mirror(raw.get("mirror", {})),
     )
 
 
-def _table(where: str, section: str, raw: Any) -> dict[str, Any]:
+def _table(section: str, raw: Any) -> dict[str, Any]:
     if not isinstance(raw, dict):
-        raise ConfigError(f"{where} {section}: expected a table")
+        raise ConfigError(f"{section}: expected a table")
     return raw
 
 

@@ -110,9 +110,10 @@ def parse_duration(
 
     ``require_unit`` (command-line flags, ``sheetq.toml``, ``SHEETQ_*`` variables) refuses
     a bare number such as ``30``: days? minutes? Raises ``ValueError`` naming ``what`` when
-    the text is not a duration, or is longer than 100 years.
+    the text is not a duration (a list, a table or a boolean from ``sheetq.toml`` too), or
+    is longer than 100 years.
     """
-    if isinstance(text, bool):
+    if isinstance(text, bool) or not isinstance(text, str | int | float):
         raise ValueError(f"{what}: expected a duration like '10m', got {text!r}")
     if isinstance(text, int | float):
         if require_unit:

@@ -210,15 +210,29 @@ def load_ingress(
 ) -> Ingress:
     """The ingress ``settings.ingress`` describes; ``listen`` (``--listen``) overrides
     ``[ingress] listen``. Refuses (``ConfigError``) a configuration without routes, an
-    unknown key, a missing secret, and ``signature = "none"`` unless listening on loopback."""
-    raw = settings.ingress
+    unknown key, a missing secret, and ``signature = "none"`` unless listening on loopback.
+    A message about a key of the file starts with the file's full path."""
+    try:
+        return _load_ingress(settings.ingress, listen, env)
+    except ConfigError as exc:
+        text = str(exc)
+        if settings.config_path is not None and text.startswith("["):  # a key: name the file
+            raise ConfigError(f"{settings.config_path}: {text}") from None
+        raise
+
+
+def _load_ingress(
+    raw: Mapping[str, Any], listen: str | None, env: Mapping[str, str] | None
+) -> Ingress:
     unknown = sorted(set(raw) - _INGRESS_KEYS)
     if unknown:
         raise ConfigError(f"[ingress]: unknown key '{unknown[0]}'")
     where_listen = "--listen" if listen else "[ingress].listen"
     written = listen or raw.get("listen", DEFAULT_LISTEN)
     if not isinstance(written, str):
-        raise ConfigError(f"{where_listen}: expected HOST:PORT")
+        raise ConfigError(
+            f"{where_listen}: expected HOST:PORT like 127.0.0.1:8080, got {written!r}"
+        )
     host, port = parse_listen(written, where=where_listen)
     window = DEFAULT_BATCH_WINDOW
     if "batch_window" in raw:

@@ -116,6 +116,70 @@ def test_bad_config_exit_2(book: Book, config: str, fragment: str) -> None:
     assert book.records() == []
 
 
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ("[queue]\nlock_dir = 5\n", "[queue].lock_dir: expected a folder path (text), got 5"),
+        ("[queue]\nspreadsheet = 5\n", "[queue].spreadsheet: expected a Google Sheets"),
+        ("[queue]\nqueue_sheet = 5\n", "[queue].queue_sheet: expected a worksheet title (text)"),
+        ('[queue]\nlog_sheet = ""\n', "[queue].log_sheet: an empty worksheet title; remove"),
+        ('[queue]\narchive_sheet = "  "\n', "[queue].archive_sheet: an empty worksheet title"),
+        ("[defaults]\nowner = 5\n", "[defaults].owner: expected an owner's name (text), got 5"),
+        ("[defaults]\ntimeout = []\n", "[defaults].timeout: expected a duration like '10m'"),
+        ("[defaults]\nbackoff = [[1]]\n", "[defaults].backoff: expected a duration"),
+        ("[types.a]\ncommand = ['true']\ncwd = 5\n", "[types.a].cwd: expected a folder path"),
+        (
+            "[types.a]\nhttp = { url = 'http://x', method = 5 }\n",
+            "[types.a].http.method: expected an HTTP method",
+        ),
+        ("[telegram]\ntemplate = 5\n", "[telegram].template: expected a file path (text), got 5"),
+        ("[telegram]\nchat_id = []\n", "[telegram].chat_id: expected a chat id"),
+        ("[telegram]\nthread_id = 1.5\n", "[telegram].thread_id: expected a topic's id"),
+        ("[telegram]\napi_url = 5\n", "[telegram].api_url: expected a URL (text), got 5"),
+        ("[mirror]\ninterval = []\n", "[mirror].interval: expected a duration"),
+        ("[connectors.c]\nbreaker_cooldown = []\n", "[connectors.c].breaker_cooldown: expected"),
+        ("typo = 1\n", "unknown key 'typo'"),
+        ("types = 5\n", "[types]: expected a table"),
+        ("ingress = 5\n", "[ingress]: expected a table"),
+    ],
+)
+def test_a_config_value_of_the_wrong_type_names_the_file_and_key(
+    book: Book, tmp_path: Path, config: str, message: str
+) -> None:
+    """A value of the wrong type in a --config file: exit 2, one line starting with the
+    file's full path and naming the key, for every command (doctor: a problem of its own,
+    exit 1); nothing written. The
+    SHEETQ_SPREADSHEET variable overriding [queue].spreadsheet does not hide its mistake."""
+    path = write_config(config, tmp_path / "bad.toml")
+    for args in (["status"], ["enqueue", "a", "{}"]):
+        r = run_cli(["--config", str(path), *args])
+        assert r.code == 2, (args, r.stdout, r.stderr)
+        line = _one_line(r.stderr)
+        assert line.startswith(f"sheetq: error: {path.resolve()}: "), line
+        assert message in line, line
+    r = run_cli(["--config", str(path), "doctor"])  # a problem of its own, not "all fine"
+    assert r.code == 1 and message in " ".join(r.stdout.split()), r.stdout
+    assert book.records() == [] and book.log() == []
+
+
+def test_an_unset_worksheet_title_keeps_its_default(book: Book, tmp_path: Path) -> None:
+    """Only a title given empty is refused: a [queue] table without it uses the default."""
+    path = write_config("[queue]\nbatch_size = 5\n", tmp_path / "ok.toml")
+    assert run_cli(["--config", str(path), "enqueue", "a", "{}"]).code == 0
+    assert [row["type"] for row in book.records()] == ["a"]
+
+
+def test_serve_names_the_file_of_a_bad_ingress_key(book: Book, tmp_path: Path) -> None:
+    """`[ingress] listen = 5`, read by serve alone: exit 2, one line with the file's path."""
+    path = write_config("[ingress]\nlisten = 5\n", tmp_path / "bad.toml")
+    r = run_cli(["--config", str(path), "serve"])
+    assert r.code == 2
+    assert _one_line(r.stderr) == (
+        f"sheetq: error: {path.resolve()}: [ingress].listen: expected HOST:PORT like "
+        "127.0.0.1:8080, got 5"
+    )
+
+
 def test_unreadable_config(book: Book, tmp_path: Path) -> None:
     """A config file that cannot be read, or a --config that does not exist: exit 2."""
     r = run_cli(["--config", str(tmp_path / "missing.toml"), "status"])
