@@ -71,7 +71,10 @@ def parse_payload(text: str, *, where: str = "payload") -> dict[str, Any]:
         raise InputError(f"{where}: empty; expected a JSON object such as '{{\"lead_id\": 1}}'")
     try:
         value = json.loads(
-            stripped, parse_constant=_reject_constant, object_pairs_hook=_unique_keys
+            stripped,
+            parse_constant=_reject_constant,
+            parse_float=_finite_float,
+            object_pairs_hook=_unique_keys,
         )
     except json.JSONDecodeError as exc:
         why = exc.msg
@@ -84,6 +87,8 @@ def parse_payload(text: str, *, where: str = "payload") -> dict[str, Any]:
             else f"line {exc.lineno}, column {exc.colno}"
         )
         raise InputError(f"{where}: invalid JSON at {at}: {why}") from None
+    except _TooLarge:
+        raise InputError(f"{where}: {_too_large}") from None
     except _DuplicateKey:
         raise InputError(
             f"{where}: {_repeated_key(stripped)}; which value is meant is ambiguous: send "
@@ -106,6 +111,25 @@ def parse_payload(text: str, *, where: str = "payload") -> dict[str, Any]:
         )
         raise InputError(f"{where}: expected a JSON object, got {kind}")
     return value
+
+
+_too_large = (
+    "a number too large for a double (such as 1e999: it would become Infinity, which JSON "
+    "cannot carry); send it as a string"
+)
+
+
+class _TooLarge(Exception):
+    """A JSON number beyond a double's range, met while parsing."""
+
+
+def _finite_float(text: str) -> float:
+    """A JSON number with a fraction or exponent as a float; ``_TooLarge`` for one that
+    overflows to infinity (``1e999``), so the parse names where the text came from."""
+    number = float(text)
+    if not math.isfinite(number):
+        raise _TooLarge(text)
+    return number
 
 
 MAX_DEPTH = 100  # levels of nested objects and arrays a payload may have
@@ -134,10 +158,7 @@ def _nfc(value: Any) -> Any:
     if isinstance(value, list):
         return [_nfc(v) for v in value]
     if isinstance(value, float) and not math.isfinite(value):
-        raise InputError(
-            "payload: a number too large for a double (such as 1e999: it would become "
-            "Infinity, which JSON cannot carry); send it as a string"
-        )
+        raise InputError(f"payload: {_too_large}")
     return value
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -155,7 +156,7 @@ def enqueue(
 
       sheetq enqueue deal_update '{"deal_id": 42, "stage": "won"}' --group deal-42
     """
-    from sheetq.accept import check_priority, prepare
+    from sheetq.accept import NewTask, check_priority, prepare
     from sheetq.cli.app import state
     from sheetq.config import TYPE_PATTERN, TYPE_RULE  # one rule for the CLI and sheetq.toml
     from sheetq.idempotency import parse_payload
@@ -173,16 +174,26 @@ def enqueue(
     config = settings.type_config(task_type)
 
     # Parse everything before touching the spreadsheet: bad input writes nothing.
-    items: list[tuple[int | None, dict[str, object]]] = []
     if jsonl:
+        # every bad line is reported, whether its JSON or its payload is wrong
         errors: list[str] = []
+        tasks: list[NewTask] = []
         for number, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
                 continue
+            where = f"{source} line {number}"
             try:
-                items.append((number, parse_payload(line, where=f"{source} line {number}")))
-            except InputError as exc:
-                errors.append(exc.message)
+                body = parse_payload(line, where=where)
+                tasks += prepare(
+                    task_type,
+                    [(number, body)],
+                    settings,
+                    source=source,
+                    priority=level,
+                    group=group,
+                )
+            except InputError as exc:  # canonical_json's errors say "payload:"
+                errors.append(re.sub(r"^payload: ", f"{where}: ", exc.message))
         if errors:
             shown = errors[:MAX_BAD_LINES_SHOWN]
             more = len(errors) - len(shown)
@@ -192,8 +203,10 @@ def enqueue(
                 + " — nothing was enqueued"
             )
     else:
-        items.append((None, parse_payload(text, where=source)))
-    tasks = prepare(task_type, items, settings, key=key, source=source, priority=level, group=group)
+        body = parse_payload(text, where=source)
+        tasks = prepare(
+            task_type, [(None, body)], settings, key=key, source=source, priority=level, group=group
+        )
     if jsonl and not tasks:
         if as_json:
             emit_json({"enqueued": 0, "duplicate": 0, "conflict": 0, "results": []})

@@ -60,6 +60,26 @@ def test_usage_errors_exit_2_and_write_nothing(
     assert book.records() == [] and book.log() == []
 
 
+def test_jsonl_reports_every_bad_line_with_its_number(book: Book) -> None:
+    """`enqueue --jsonl`: a number too large for a double and an unpaired surrogate are
+    named with their line, like invalid JSON, and all bad lines are in the one report;
+    exit 2, nothing written."""
+    too_large = "a number too large for a double"
+    r = run_cli(["enqueue", "a", "--jsonl"], input='{"id": 20}\n{"id": 1e999}\n')
+    assert r.code == 2
+    assert _one_line(r.stderr).startswith(f"sheetq: error: stdin line 2: {too_large}")
+    text = '{"id": 1000}\nnot json\n{"id": 1e999}\n{"a": "\\ud800"}\n{"id": 1}\n'
+    r = run_cli(["enqueue", "a", "--jsonl"], input=text)
+    assert r.code == 2
+    line = _one_line(r.stderr)
+    assert "stdin line 2: invalid JSON at column 1" in line
+    assert f"stdin line 3: {too_large}" in line
+    assert "stdin line 4: invalid Unicode at character 6: an unpaired surrogate" in line
+    assert "line 1:" not in line and "line 5" not in line and "payload:" not in line
+    assert line.endswith(" — nothing was enqueued")
+    assert book.records() == [] and book.log() == []
+
+
 def test_missing_spreadsheet_names_both_forms(monkeypatch: pytest.MonkeyPatch) -> None:
     """No SHEETQ_SPREADSHEET and no --spreadsheet: exit 2 naming both forms; no local fallback."""
     monkeypatch.delenv("SHEETQ_SPREADSHEET", raising=False)
