@@ -55,7 +55,7 @@ def open_store(
             )
         if time_limit is None:
             return SqliteStore(path, create=create)
-        return SqliteStore(path, create=create, timeout=time_limit)
+        return SqliteStore(path, create=create, timeout=time_limit, timeout_name=time_limit_name)
     from sheetq.sheet.google import GoogleStore
 
     return GoogleStore.from_settings(

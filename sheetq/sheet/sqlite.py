@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sheetq.errors import LeaseConflict, SchemaError, StoreError
+from sheetq.errors import LeaseConflict, SchemaError, StoreError, StoreUnavailable
 from sheetq.model import FINISHED, Status
 from sheetq.sheet.store import (
     WHITESPACE,
@@ -64,9 +64,18 @@ def _cell(value: Any) -> CellValue:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _busy(exc: sqlite3.Error) -> bool:
+    """Whether SQLite gave up waiting for another connection's lock (busy or locked,
+    extended codes included; "database is locked")."""
+    code = getattr(exc, "sqlite_errorcode", None)  # absent on errors not from SQLite
+    return code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
 def _mapped(method: F) -> F:
     """SQLite errors (a damaged file, a read-only file, a full disk) become ``StoreError``
-    (exit 1) naming the file, after rolling back any open transaction."""
+    (exit 1) naming the file, after rolling back any open transaction; a lock another
+    writer kept past the timeout becomes ``StoreUnavailable`` (exit 1, as an unreachable
+    store)."""
 
     @functools.wraps(method)
     def wrapper(self: SqliteStore, *args: Any, **kwargs: Any) -> Any:
@@ -76,6 +85,8 @@ def _mapped(method: F) -> F:
             if self._db.in_transaction:
                 with contextlib.suppress(sqlite3.Error):
                     self._db.execute("ROLLBACK")
+            if _busy(exc):
+                raise self._locked("") from None
             raise StoreError(f"{self.path}: {exc}") from None
 
     return wrapper  # type: ignore[return-value]
@@ -112,8 +123,18 @@ class SqliteStore:
     init`, which makes it), a file that is not there yet.
     """
 
-    def __init__(self, path: str | Path, *, create: bool = False, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        create: bool = False,
+        timeout: float = 30.0,
+        timeout_name: str = "",
+    ) -> None:
+        """``timeout``: seconds to wait for another writer's lock; ``timeout_name``: the
+        setting it came from (``SHEETQ_ENQUEUE_TIMEOUT``), named when the wait runs out."""
         self.path = Path(path).expanduser()
+        self._timeout, self._timeout_name = timeout, timeout_name
         refused = path_refusal(self.path, create=create)
         if refused is not None:
             raise SchemaError("; ".join(refused))
@@ -137,8 +158,18 @@ class SqliteStore:
                     "INSERT OR IGNORE INTO workbook VALUES ('title', ?)", (self.path.stem,)
                 )
         except sqlite3.DatabaseError as exc:
+            if _busy(exc):
+                raise self._locked("") from None
             raise SchemaError(f"{self.path}: not a sheetq workbook ({exc})") from None
         self._requests = 0
+
+    def _locked(self, doing: str) -> StoreUnavailable:
+        """The error for a lock another writer held for all of ``self._timeout``."""
+        source = f" ({self._timeout_name})" if self._timeout_name else ""
+        return StoreUnavailable(
+            f"{self.path}: {doing}the workbook stayed locked by another writer for "
+            f"{self._timeout:g}s{source}; try again when it is done"
+        )
 
     # --- port ---------------------------------------------------------------
 
@@ -262,6 +293,8 @@ class SqliteStore:
         try:
             self._db.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
+            if _busy(exc):
+                raise self._locked("cannot write: ") from None
             raise StoreError(f"{self.path}: cannot write: {exc}") from None
 
     def _apply(self, changes: ChangeSet) -> ApplyResult:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -77,6 +79,41 @@ def test_jsonl_reports_every_bad_line_with_its_number(book: Book) -> None:
     assert "stdin line 4: invalid Unicode at character 6: an unpaired surrogate" in line
     assert "line 1:" not in line and "line 5" not in line and "payload:" not in line
     assert line.endswith(" — nothing was enqueued")
+    assert book.records() == [] and book.log() == []
+
+
+@pytest.mark.slow
+def test_a_local_workbook_locked_past_the_enqueue_timeout_is_unavailable(
+    book: Book, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another writer holds the local workbook's write lock longer than
+    SHEETQ_ENQUEUE_TIMEOUT: `enqueue` exits 1 (an unreachable store) with one line saying
+    the workbook stayed locked and naming the variable; `sheetq.enqueue` and
+    `enqueue_async(None, …)` raise `StoreUnavailable` saying the same; nothing is written."""
+    import sheetq
+
+    if not book.spreadsheet.startswith("local:"):
+        pytest.skip("a lock of the local workbook's SQLite file")
+    path = Path(book.spreadsheet.removeprefix("local:"))
+    monkeypatch.setenv("SHEETQ_ENQUEUE_TIMEOUT", "1s")
+    said = (
+        f"{path}: cannot write: the workbook stayed locked by another writer for 1s "
+        "(SHEETQ_ENQUEUE_TIMEOUT); try again when it is done"
+    )
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        r = run_cli(["enqueue", "lead", '{"n": 1}'])
+        assert r.code == 1
+        assert _one_line(r.stderr) == f"sheetq: error: {said}"
+        with pytest.raises(sheetq.StoreUnavailable) as raised:
+            sheetq.enqueue("lead", {"n": 2})
+        assert str(raised.value) == said
+        with pytest.raises(sheetq.StoreUnavailable):
+            asyncio.run(sheetq.enqueue_async(None, "lead", {"n": 3}))
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
     assert book.records() == [] and book.log() == []
 
 
