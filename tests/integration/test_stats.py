@@ -302,3 +302,18 @@ def test_google_stats_costs_two_requests(
     sheets_emulator.reset_counts()
     assert run_cli(["stats", "--json"]).json()["enqueued"] == 1
     assert sheets_emulator.count() == 2, [q.op for q in sheets_emulator.requests]
+
+
+def test_oldest_waiting_counts_from_due_in_status_and_from_creation_in_stats(
+    book: Book, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/commands.md: a task delayed a day and due for a minute has waited 60 s in
+    `status` (since it is due) and a day and a minute in `stats` (since its creation);
+    before it is due, `status` leaves it out."""
+    monkeypatch.setenv("SHEETQ_NOW", format_ts(T0))
+    assert run_cli(["enqueue", "job", '{"n": 1}', "--delay", "1d"]).code == 0
+    monkeypatch.setenv("SHEETQ_NOW", format_ts(T0 + timedelta(hours=1)))
+    assert run_cli(["status", "--json"]).json()["oldest_waiting_seconds"] is None
+    monkeypatch.setenv("SHEETQ_NOW", format_ts(T0 + timedelta(days=1, minutes=1)))
+    assert run_cli(["status", "--json"]).json()["oldest_waiting_seconds"] == 60
+    assert run_cli(["stats", "--json"]).json()["oldest_waiting_seconds"] == 86_460
