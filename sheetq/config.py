@@ -320,6 +320,10 @@ def _policy(where: str, raw: Mapping[str, Any], base: RetryPolicy) -> RetryPolic
             changes[key] = seconds
     if "max_age" in raw:
         value = raw["max_age"]
+        if isinstance(value, bool):  # false == 0 would silently mean "never"
+            raise ConfigError(
+                f"{where}.max_age: expected a duration like '72h', or \"never\", got {value!r}"
+            )
         changes["max_age"] = (
             None if value in ("", "0", 0, "none", "never") else _duration(f"{where}.max_age", value)
         )
@@ -443,7 +447,9 @@ def _type(name: str, raw: Any, defaults: TypeConfig, base_dir: Path) -> TypeConf
         raise ConfigError(f"{where}.idempotent: expected true or false")
     on_unknown = raw.get("on_unknown", "retry" if idempotent else "fail")
     if on_unknown not in ON_UNKNOWN:
-        raise ConfigError(f"{where}.on_unknown: expected one of {', '.join(ON_UNKNOWN)}")
+        raise ConfigError(
+            f"{where}.on_unknown: expected one of {', '.join(ON_UNKNOWN)}, got {on_unknown!r}"
+        )
     reconcile = None
     if "reconcile" in raw:
         if not isinstance(raw["reconcile"], dict):

@@ -185,6 +185,8 @@ def test_bad_config_exit_2(book: Book, config: str, fragment: str) -> None:
         ("[defaults]\ntimeout = []\n", "[defaults].timeout: expected a duration like '10m'"),
         ("[defaults]\nbackoff = [[1]]\n", "[defaults].backoff: expected a duration"),
         ("[types.a]\ncommand = ['true']\ncwd = 5\n", "[types.a].cwd: expected a folder path"),
+        ("[types.a]\ncommand = ['true']\nmax_age = false\n", "[types.a].max_age: expected a"),
+        ("[types.a]\ncommand = ['true']\non_unknown = 5\n", "on_unknown: expected one of"),
         (
             "[types.a]\nhttp = { url = 'http://x', method = 5 }\n",
             "[types.a].http.method: expected an HTTP method",
