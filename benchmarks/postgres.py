@@ -3,6 +3,7 @@ same server, in one run. Prints one table.
 
     python benchmarks/postgres.py                 # the §11 sizes (a few minutes)
     python benchmarks/postgres.py --tasks 20000   # smaller
+    python benchmarks/postgres.py --tasks 10000 --only worker,ceiling,procrastinate
     SHEETQ_TEST_DATABASE_URL=postgresql://… python benchmarks/postgres.py   # your server
 
 Section 8 (docs/design.md §13): a type without connector limits, 4 workers, before and
@@ -41,6 +42,19 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks._report import Measure, render_json, render_markdown, render_text  # noqa: E402
+
+# the sections --only may name: 1 and 2 (enqueue, one worker), 6 (the raw ceiling), a second
+# one-worker section at --wide-concurrency, 3, 4, 5, 7 and 8
+SECTIONS = (
+    "worker",
+    "ceiling",
+    "wide",
+    "four",
+    "latency",
+    "procrastinate",
+    "backlog",
+    "connectors",
+)
 
 SHEETQ = [sys.executable, "-m", "sheetq"]
 CONFIG = """\
@@ -460,9 +474,18 @@ def main(argv: list[str] | None = None) -> int:
         "--connector-limited", type=int, default=200, help="Tasks of the limited connector."
     )
     parser.add_argument("--connector-rate", type=int, default=20, help="Its rate, per second.")
+    parser.add_argument(
+        "--only",
+        default="",
+        help=f"Run only these sections, comma-separated, of: {', '.join(SECTIONS)} "
+        "(e.g. worker,ceiling,procrastinate); default: all.",
+    )
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args(argv)
+    only = {s.strip() for s in args.only.split(",") if s.strip()} or set(SECTIONS)
+    if only - set(SECTIONS):
+        parser.error(f"--only: unknown section(s) {', '.join(sorted(only - set(SECTIONS)))}")
     began = time.perf_counter()
 
     def progress(text: str) -> None:
@@ -474,35 +497,43 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="sheetq-pg-bench-") as tmp:
         bench = Bench(Path(tmp), progress)
         try:
-            url = bench.server.new_database()
-            progress(f"enqueue --jsonl of {n:,} lines")
-            seconds = bench.enqueue_jsonl(url, "bench", n)
-            rows.append(Measure("1 enqueue", f"--jsonl {n:,} lines", seconds, "s"))
-            rows.append(Measure("1 enqueue", f"--jsonl {n:,} lines", n / seconds, "tasks/s"))
+            worker_rate: float | None = None
+            if "worker" in only:
+                url = bench.server.new_database()
+                progress(f"enqueue --jsonl of {n:,} lines")
+                seconds = bench.enqueue_jsonl(url, "bench", n)
+                rows.append(Measure("1 enqueue", f"--jsonl {n:,} lines", seconds, "s"))
+                rows.append(Measure("1 enqueue", f"--jsonl {n:,} lines", n / seconds, "tasks/s"))
 
-            progress(f"one worker, --concurrency {args.concurrency}, {n:,} no-op tasks")
-            seconds = bench.workers(url, n, processes=1, concurrency=args.concurrency)
-            worker_rate = n / seconds
-            rows.append(
-                Measure("2 worker", f"1 × --concurrency {args.concurrency}", worker_rate, "tasks/s")
-            )
-
-            url = bench.server.new_database()
-            bench.enqueue_jsonl(url, "bench", n)
-            progress(f"raw claim/settle loop (psycopg), batches of {args.concurrency}")
-            raw_rate = n / bench.raw(url, n, args.concurrency)
-            rows.append(
-                Measure(
-                    "6 ceiling",
-                    f"raw psycopg claim/settle loop, batches of {args.concurrency}",
-                    raw_rate,
-                    "tasks/s",
+                progress(f"one worker, --concurrency {args.concurrency}, {n:,} no-op tasks")
+                seconds = bench.workers(url, n, processes=1, concurrency=args.concurrency)
+                worker_rate = n / seconds
+                rows.append(
+                    Measure(
+                        "2 worker", f"1 × --concurrency {args.concurrency}", worker_rate, "tasks/s"
+                    )
                 )
-            )
-            rows.append(Measure("6 ceiling", "ceiling ÷ worker", raw_rate / worker_rate, "×"))
+
+            if "ceiling" in only:
+                url = bench.server.new_database()
+                bench.enqueue_jsonl(url, "bench", n)
+                progress(f"raw claim/settle loop (psycopg), batches of {args.concurrency}")
+                raw_rate = n / bench.raw(url, n, args.concurrency)
+                rows.append(
+                    Measure(
+                        "6 ceiling",
+                        f"raw psycopg claim/settle loop, batches of {args.concurrency}",
+                        raw_rate,
+                        "tasks/s",
+                    )
+                )
+                if worker_rate:
+                    rows.append(
+                        Measure("6 ceiling", "ceiling ÷ worker", raw_rate / worker_rate, "×")
+                    )
 
             wide = args.wide_concurrency
-            if wide and wide != args.concurrency:
+            if "wide" in only and wide and wide != args.concurrency:
                 url = bench.server.new_database()
                 bench.enqueue_jsonl(url, "bench", n)
                 progress(f"one worker, --concurrency {wide}, {n:,} no-op tasks")
@@ -511,38 +542,43 @@ def main(argv: list[str] | None = None) -> int:
                     Measure("2 worker", f"1 × --concurrency {wide}", n / seconds, "tasks/s")
                 )
 
-            url = bench.server.new_database()
-            record = Path(tmp) / "four"
-            record.mkdir()
-            bench.enqueue_jsonl(url, "rec", n)
-            progress(f"4 workers, {n:,} recorded tasks")
-            seconds = bench.workers(
-                url, n, processes=4, concurrency=args.concurrency, BENCH_RECORD_DIR=str(record)
-            )
-            ran = Counter(task for task, _ in _records(record))
-            twice = sum(1 for c in ran.values() if c > 1)
-            lost = n - len(ran)
-            rows.append(
-                Measure(
-                    "3 four workers",
-                    f"4 × --concurrency {args.concurrency}",
-                    n / seconds,
-                    "tasks/s",
+            if "four" in only:
+                url = bench.server.new_database()
+                record = Path(tmp) / "four"
+                record.mkdir()
+                bench.enqueue_jsonl(url, "rec", n)
+                progress(f"4 workers, {n:,} recorded tasks")
+                seconds = bench.workers(
+                    url, n, processes=4, concurrency=args.concurrency, BENCH_RECORD_DIR=str(record)
                 )
-            )
-            rows.append(Measure("3 four workers", "tasks run twice", float(twice), "tasks"))
-            rows.append(Measure("3 four workers", "tasks lost", float(lost), "tasks"))
-
-            url = bench.server.new_database()
-            progress(f"enqueue-to-start latency, {args.samples} samples, idle worker")
-            waits = bench.latency(url, args.samples)
-            if waits:
+                ran = Counter(task for task, _ in _records(record))
+                twice = sum(1 for c in ran.values() if c > 1)
+                lost = n - len(ran)
                 rows.append(
-                    Measure("4 latency", "enqueue → start, median", statistics.median(waits), "s")
+                    Measure(
+                        "3 four workers",
+                        f"4 × --concurrency {args.concurrency}",
+                        n / seconds,
+                        "tasks/s",
+                    )
                 )
-                rows.append(Measure("4 latency", "enqueue → start, max", max(waits), "s"))
+                rows.append(Measure("3 four workers", "tasks run twice", float(twice), "tasks"))
+                rows.append(Measure("3 four workers", "tasks lost", float(lost), "tasks"))
 
-            for concurrency in dict.fromkeys(c for c in (args.concurrency, args.wide_rival) if c):
+            if "latency" in only:
+                url = bench.server.new_database()
+                progress(f"enqueue-to-start latency, {args.samples} samples, idle worker")
+                waits = bench.latency(url, args.samples)
+                if waits:
+                    rows.append(
+                        Measure(
+                            "4 latency", "enqueue → start, median", statistics.median(waits), "s"
+                        )
+                    )
+                    rows.append(Measure("4 latency", "enqueue → start, max", max(waits), "s"))
+
+            rivals = (args.concurrency, args.wide_rival) if "procrastinate" in only else ()
+            for concurrency in dict.fromkeys(c for c in rivals if c):
                 url = bench.server.new_database()
                 progress(f"procrastinate: {n:,} no-op jobs, concurrency {concurrency}")
                 found = bench.procrastinate(url, n, concurrency)
@@ -566,7 +602,7 @@ def main(argv: list[str] | None = None) -> int:
                         "jobs/s",
                     )
                 )
-                if concurrency == args.concurrency:
+                if concurrency == args.concurrency and worker_rate:
                     rows.append(
                         Measure(
                             "5 procrastinate",
@@ -576,7 +612,7 @@ def main(argv: list[str] | None = None) -> int:
                         )
                     )
 
-            if args.backlog:
+            if "backlog" in only and args.backlog:
                 due = args.backlog_due
                 times: dict[int, tuple[float, float]] = {}
                 for delayed in (0, args.backlog):
@@ -606,7 +642,7 @@ def main(argv: list[str] | None = None) -> int:
                         "×",
                     )
                 )
-            if args.connector_tasks:
+            if "connectors" in only and args.connector_tasks:
                 rows += bench.connectors(
                     args.connector_tasks,
                     args.connector_limited,
