@@ -240,8 +240,13 @@ class PgWorker:
 
     def _idle_wait(self, db: RunDb) -> float:
         """Seconds to sleep when nothing more is due: ``poll``, or less when a connector's
-        next token comes sooner (docs/design.md §13)."""
-        if self.stopping or self._free() <= 0:
+        next token comes sooner (docs/design.md §13); none when stopping with no handler
+        running (the stop's wake-up may have been cleared by this turn's loop: the loop
+        ends now instead of a ``poll`` later)."""
+        if self.stopping:
+            with self._lock:
+                return 0.0 if self._running == 0 else self.poll
+        if self._free() <= 0:
             return self.poll
         try:
             wait = db.connector_wait(self.tasks.runnable(self.options))
