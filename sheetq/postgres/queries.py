@@ -7,13 +7,21 @@ lines (what the query does, its parameters) and the statement, up to the next ``
 Parameters are psycopg's named placeholders (``%(queue)s``). ``QUERIES[NAME]`` is the
 statement's text; a name defined twice, or a block without a statement, raises
 ``RuntimeError`` at import (a packaging error, never a user's).
+
+One statement is made of two: ``settle_and_claim`` (a worker's turn, docs/design.md §11) is
+``settle`` and ``claim`` run as ONE statement (``joined``), so a turn costs one round trip
+and one statement's fixed cost instead of four (BEGIN, settle, claim, COMMIT); each keeps
+its text in one place.
 """
 
 from __future__ import annotations
 
+import re
 from importlib import resources
 
 _MARK = "-- name:"
+_WITH = re.compile(r"WITH (RECURSIVE )?")
+_CTE = re.compile(r"^(?:WITH (?:RECURSIVE )?|\), )(\w+) AS ", re.MULTILINE)
 
 
 def parse(text: str, source: str) -> dict[str, str]:
@@ -54,4 +62,43 @@ def _load() -> dict[str, str]:
     return queries
 
 
+def _parts(statement: str, name: str) -> tuple[str, str]:
+    """(the CTE list, the final SELECT) of ``WITH [RECURSIVE] … SELECT …`` (the final
+    SELECT: the last line that starts with ``SELECT``, unindented)."""
+    opened = _WITH.match(statement)
+    final = statement.rfind("\nSELECT ")
+    if opened is None or final < 0:
+        raise RuntimeError(f"query {name!r}: not WITH … SELECT …, cannot be joined")
+    return statement[opened.end() : final].rstrip(), statement[final + 1 :]
+
+
+def joined(first: str, second: str, names: tuple[str, str] = ("first", "second")) -> str:
+    """``first`` and ``second`` (each ``WITH … SELECT …``, the first's final SELECT giving
+    one column) as one statement: one snapshot, one implicit transaction when sent alone.
+    Returns the second's rows (one row of NULLs when it has none), each with ``first_rows``:
+    the first's column as an array (NULL when it gave no row). Both statements' data
+    changes happen whatever the other returns; the second does not see the first's changes
+    (one snapshot), and its CTE names must differ from the first's (``RuntimeError``)."""
+    ctes_1, final_1 = _parts(first, names[0])
+    ctes_2, final_2 = _parts(second, names[1])
+    clash = set(_CTE.findall(first)) & set(_CTE.findall(second))
+    if clash:
+        raise RuntimeError(
+            f"queries {names[0]!r} and {names[1]!r} share CTE name(s) {sorted(clash)}: "
+            "cannot be joined"
+        )
+    return (
+        # the second's CTEs first: PostgreSQL runs the unreferenced data-modifying CTEs (the
+        # log inserts) in the reverse order of their appearance, so the first's rows are
+        # written first, as when the two statements ran one after the other
+        f"WITH RECURSIVE {ctes_2},\n{ctes_1},\n"
+        "joined_first AS (\n"
+        f"SELECT array_agg(joined_row.value) AS first_rows FROM (\n{final_1}\n)"
+        " AS joined_row(value))\n"
+        "SELECT joined_first.first_rows, joined_second.*\n"
+        f"FROM joined_first LEFT JOIN (\n{final_2}\n) AS joined_second ON true"
+    )
+
+
 QUERIES: dict[str, str] = _load()
+QUERIES["settle_and_claim"] = joined(QUERIES["settle"], QUERIES["claim"], ("settle", "claim"))

@@ -489,35 +489,80 @@ class RunDb:
                 return self.settle(run_id, outcomes, own)
         found = conn.execute(QUERIES["settle"], _settle_params(self.queue, run_id, outcomes))
         landed = {int(r["n"]) for r in found.fetchall()}
-        missed = [(n, o) for n, o in enumerate(outcomes, start=1) if n not in landed]
-        if missed:
-            again = conn.execute(
-                QUERIES["refuse"],
-                {
-                    "queue": self.queue,
-                    "run": run_id,
-                    "ids": [o.task_id for _, o in missed],
-                    "refuse": [o.refuse for _, o in missed],
-                    "events": [str(o.event) for _, o in missed],
-                    "statuses": [str(o.status) for _, o in missed],
-                    "messages": [o.message for _, o in missed],
-                    "retry_counts": [o.retry_count for _, o in missed],
-                    "durations": [o.duration_ms for _, o in missed],
-                    "max_chars": MAX_ERROR_CHARS,
-                },
-            )
-            found_landed = {int(r["n"]) for r in again.fetchall()}
-            landed |= {missed[i - 1][0] for i in found_landed}
+        landed |= self._refuse(conn, run_id, outcomes, landed)
         return [n in landed for n in range(1, len(outcomes) + 1)]
+
+    def _refuse(
+        self,
+        conn: psycopg.Connection[Any],
+        run_id: str,
+        outcomes: Sequence[Settle],
+        landed: set[int],
+    ) -> set[int]:
+        """Of ``outcomes`` whose ordinals (1-based) are not in ``landed``: refuse and log the
+        late ones, and return the ordinals of those found written after all (``refuse``)."""
+        missed = [(n, o) for n, o in enumerate(outcomes, start=1) if n not in landed]
+        if not missed:
+            return set()
+        again = conn.execute(
+            QUERIES["refuse"],
+            {
+                "queue": self.queue,
+                "run": run_id,
+                "ids": [o.task_id for _, o in missed],
+                "refuse": [o.refuse for _, o in missed],
+                "events": [str(o.event) for _, o in missed],
+                "statuses": [str(o.status) for _, o in missed],
+                "messages": [o.message for _, o in missed],
+                "retry_counts": [o.retry_count for _, o in missed],
+                "durations": [o.duration_ms for _, o in missed],
+                "max_chars": MAX_ERROR_CHARS,
+            },
+        )
+        return {missed[int(r["n"]) - 1][0] for r in again.fetchall()}
 
     def settle_and_claim(
         self, run_id: str, outcomes: Sequence[Settle], limit: int, types: Sequence[TypeConfig]
     ) -> tuple[list[bool], Claimed]:
-        """A worker's turn, one transaction: settle ``outcomes``, then claim up to ``limit``."""
-        with self.transaction() as conn:
-            landed = self.settle(run_id, outcomes, conn)
-            claimed = self.claim(run_id, limit, types, conn)
-        return landed, claimed
+        """A worker's turn: settle ``outcomes`` and claim up to ``limit`` in ONE statement
+        (``settle_and_claim``: ``settle`` and ``claim`` joined; one round trip, its own
+        transaction). The claim does not see what the settle wrote (one snapshot): a task
+        the settle makes due again (a retry due now, the next task of a group) is claimed by
+        a later turn, woken by its ``NOTIFY``. Outcomes that did not land are refused, or
+        found written after all, in a transaction of their own (``refuse``). Returns per
+        outcome whether it is written, and the claim."""
+        if limit <= 0 or not types:
+            return self.settle(run_id, outcomes), Claimed()
+        params = {
+            **_settle_params(self.queue, run_id, outcomes),
+            **self._claim_params(run_id, limit, types),
+        }
+        rows = self._alone(QUERIES["settle_and_claim"], params)
+        landed = {int(n) for n in (rows[0]["first_rows"] or [])} if rows else set()
+        claimed = _claimed([r for r in rows if r["task_id"] is not None])
+        if len(landed) < len(outcomes):
+            with self.transaction() as conn:
+                landed |= self._refuse(conn, run_id, outcomes, landed)
+        return [n in landed for n in range(1, len(outcomes) + 1)], claimed
+
+    def _alone(self, query: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Run one statement as its own transaction (autocommit: no BEGIN and COMMIT round
+        trips; in a transaction that pins a test clock's time when there is one) and return
+        its rows. Database errors as in ``transaction``."""
+        if self.pinned:
+            with self.transaction() as conn:
+                return conn.execute(query, params).fetchall()
+        self.requests_made += 1
+        conn = self.conn
+        try:
+            conn.autocommit = True
+            try:
+                return conn.execute(query, params).fetchall()
+            finally:
+                if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+                    conn.autocommit = False  # a lost connection is replaced by reconnect()
+        except psycopg.Error as exc:
+            raise explain(exc, self.url) from None
 
     def end_lease(self, run_id: str, task_id: str) -> None:
         """End the lease of a task whose handler was interrupted: recovered at once."""

@@ -4,14 +4,15 @@ Up to ``concurrency`` handlers run at once, each in its own thread
 (``sheetq.postgres.slots``: a Python handler runs on that thread itself; one still running
 at its timeout is left behind, and a new thread writes the timeout's outcome and takes its
 slot); handler threads never touch the database. The main thread owns one connection and, in
-ONE transaction per turn (``sheetq.postgres.run.RunDb.settle_and_claim``: the settle
-statement and the claim statement), settles every outcome that finished since the last turn
-(each fenced by its lease, with its log row: group commit; a turn waits up to ``LINGER`` for
-handlers still running, so one commit carries them too) and claims as many tasks as there
-are free handler slots; then it hands the claims to the freed threads. Every ``poll``
-seconds it first recovers expired leases and fails tasks past ``max_age``, of the types it
-is configured for (``--type``). So each claimed task starts at once, a kill leaves only
-started tasks outcome-unknown, and a busy worker commits once per turn, not twice per task.
+ONE statement per turn (``sheetq.postgres.run.RunDb.settle_and_claim``: the settle
+statement and the claim statement joined, sent alone: one round trip, one commit), settles
+every outcome that finished since the last turn (each fenced by its lease, with its log
+row: group commit; a turn waits up to ``LINGER`` for handlers still running, so one commit
+carries them too) and claims as many tasks as there are free handler slots; then it hands
+the claims to the freed threads. Every ``poll`` seconds it first recovers expired leases
+and fails tasks past ``max_age``, of the types it is configured for (``--type``). So each
+claimed task starts at once, a kill leaves only started tasks outcome-unknown, and a busy
+worker commits once per turn, not twice per task.
 It sleeps until a handler finishes, a ``NOTIFY sheetq`` for this queue arrives (a separate
 autocommit connection listens; the schema's trigger notifies when a task becomes
 pending/retry), or ``poll`` seconds pass (due retries, expired leases), so an enqueued task
@@ -287,7 +288,7 @@ class PgWorker:
             )
 
     def _turn(self, db: RunDb, pool: Slots, pending: list[Settle]) -> bool:
-        """One transaction: settle ``pending`` (group commit) and claim up to the free
+        """One statement: settle ``pending`` (group commit) and claim up to the free
         slots; then hand the claims to handler threads. Returns whether to claim again at
         once."""
         free = self._free()

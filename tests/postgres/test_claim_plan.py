@@ -14,7 +14,7 @@ import pytest
 from sheetq.clock import SystemClock
 from sheetq.config import load_settings
 from sheetq.postgres.queries import QUERIES
-from sheetq.postgres.run import RunDb, runnable
+from sheetq.postgres.run import RunDb, _settle_params, runnable
 from tests.conftest import run_cli, write_config
 
 pytestmark = pytest.mark.postgres
@@ -28,10 +28,14 @@ def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from _nodes(child)
 
 
+@pytest.mark.parametrize("statement", ["claim", "settle_and_claim"])
 @pytest.mark.parametrize("generic", [False, True], ids=["custom-plan", "generic-plan"])
-def test_a_claim_never_reads_tasks_that_are_not_due(pg_url: str, generic: bool) -> None:
+def test_a_claim_never_reads_tasks_that_are_not_due(
+    pg_url: str, generic: bool, statement: str
+) -> None:
     """5,000 tasks delayed by an hour, older than 20 due ones: the claim of 10 reads the
-    due ones from the index and no delayed row (none read, none filtered out)."""
+    due ones from the index and no delayed row (none read, none filtered out); so does a
+    worker's turn (``settle_and_claim``: the claim joined to a settle, here of nothing)."""
     write_config('[types.job]\ncommand = ["true"]\n')
     assert run_cli(["enqueue", "job", '{"seed": 1}']).code == 0
     with psycopg.connect(pg_url) as conn:
@@ -56,10 +60,13 @@ def test_a_claim_never_reads_tasks_that_are_not_due(pg_url: str, generic: bool) 
     try:
         if generic:
             db.hot()
-        params = db._claim_params("run-x", 10, runnable(db.settings, (), {}))
+        params = {
+            **_settle_params(db.queue, "run-x", []),
+            **db._claim_params("run-x", 10, runnable(db.settings, (), {})),
+        }
         with db.conn.transaction(force_rollback=True):
             found = db.conn.execute(
-                "EXPLAIN (ANALYZE, FORMAT JSON) " + QUERIES["claim"], params
+                "EXPLAIN (ANALYZE, FORMAT JSON) " + QUERIES[statement], params
             ).fetchone()
     finally:
         db.close()

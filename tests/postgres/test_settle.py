@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import psycopg
 import pytest
 
-from sheetq.clock import FixedClock
+from sheetq.clock import FixedClock, SystemClock
 from sheetq.config import load_settings
 from sheetq.model import Status
 from sheetq.postgres.run import PgClaim, RunDb, Settle, finished, runnable
@@ -103,3 +103,33 @@ def test_a_claim_skips_a_task_whose_key_another_task_holds(
     assert (row["status"], row["error_class"]) == ("skipped", "duplicate")
     assert holder in row["last_error"]
     assert [e["event"] for e in book.log(loser)] == ["enqueued", "skipped"]
+
+
+def test_a_turn_on_the_server_clock_is_one_transaction_settle_logged_first(pg_url: str) -> None:
+    """On the server's clock (no test clock to pin), a turn is one statement sent alone: two
+    outcomes and two claims land in ONE transaction, the outcomes' log rows before the
+    claims' (as when settle and claim were two statements), and the connection is back
+    in its own (transactional) mode afterwards."""
+    write_config('[types.job]\ncommand = ["true"]\n')
+    lines = "".join(f'{{"n": {i}}}\n' for i in range(4))
+    assert run_cli(["enqueue", "job", "--jsonl", "-"], input=lines).code == 0
+    db = RunDb(load_settings(), SystemClock())
+    db.open()
+    types = runnable(db.settings, (), {})
+    try:
+        first = db.claim("run-a", 2, types).claims
+        outcomes = [_done(db, c, "run-a") for c in first]
+        landed, more = db.settle_and_claim("run-a", outcomes, 2, types)
+        assert landed == [True, True] and len(more.claims) == 2
+        assert not db.conn.autocommit
+    finally:
+        db.close()
+    with psycopg.connect(pg_url) as conn:
+        rows = conn.execute(
+            "SELECT task_id, event, xmin::text FROM sheetq_log"
+            " WHERE event IN ('claimed', 'done') ORDER BY id"
+        ).fetchall()
+    turn = rows[2:]
+    assert [(t, e) for t, e, _ in turn[:2]] == [(c.task_id, "done") for c in first]
+    assert {(t, e) for t, e, _ in turn[2:]} == {(c.task_id, "claimed") for c in more.claims}
+    assert len({x for _, _, x in turn}) == 1

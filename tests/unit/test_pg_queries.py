@@ -29,3 +29,16 @@ def test_every_shipped_query_and_migration_loads() -> None:
     versions = [m.version for m in schema.MIGRATIONS]
     assert versions == list(range(1, len(versions) + 1)) and versions[-1] == schema.VERSION
     assert all(m.name and not m.name.startswith("-") for m in schema.MIGRATIONS)
+
+
+def test_two_statements_join_into_one_unless_their_cte_names_clash() -> None:
+    first = "WITH a AS (\n  SELECT 1 AS n\n), b AS (\n  SELECT n FROM a\n)\nSELECT n FROM b"
+    second = "WITH RECURSIVE c AS (\n  SELECT 2 AS m\n)\nSELECT m FROM c"
+    one = queries.joined(first, second)
+    assert one.startswith("WITH RECURSIVE c AS (") and one.count("SELECT n FROM b") == 1
+    assert one.rstrip().endswith("AS joined_second ON true")
+    with pytest.raises(RuntimeError, match=r"share CTE name\(s\) \['a'\]"):
+        queries.joined(first, "WITH a AS (\n  SELECT 3\n)\nSELECT 3")
+    with pytest.raises(RuntimeError, match="cannot be joined"):
+        queries.joined("SELECT 1", second)
+    assert "settle_and_claim" in queries.QUERIES

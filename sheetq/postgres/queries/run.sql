@@ -293,6 +293,8 @@ LIMIT %(limit)s;
 -- the second, as a person reads it).
 -- %(results)s NULL keeps the result. %(owners)s fills an empty owner. Returns the
 -- ordinal (1-based) of every outcome that landed.
+-- A worker's turn runs this statement and `claim` as ONE statement (`settle_and_claim`,
+-- sheetq/postgres/queries.py): their CTE names must differ (here v, s, settled_log).
 WITH v AS (
     SELECT * FROM unnest(
         %(ids)s::text[], %(fences)s::text[], %(release)s::boolean[], %(statuses)s::text[],
@@ -322,7 +324,7 @@ WITH v AS (
     WHERE t.queue = %(queue)s AND t.task_id = ANY(%(ids)s::text[]) AND t.task_id = v.task_id
       AND t.status = 'processing' AND t.lease_owner = v.fence
     RETURNING t.task_id, t.type, t.retry_count, v.n
-), logged AS (
+), settled_log AS (
     INSERT INTO sheetq_log (queue, ts, task_id, type, event, status, retry_count, message,
                             run_id, duration_ms)
     SELECT %(queue)s, sheetq_now(), s.task_id, s.type, v.event, v.status, s.retry_count,
