@@ -21,6 +21,7 @@ from importlib import resources
 
 _MARK = "-- name:"
 _WITH = re.compile(r"WITH (RECURSIVE )?")
+_NAMED = re.compile(r"%\((\w+)\)s|%%|%")
 _CTE = re.compile(r"^(?:WITH (?:RECURSIVE )?|\), )(\w+) AS ", re.MULTILINE)
 
 
@@ -98,6 +99,25 @@ def joined(first: str, second: str, names: tuple[str, str] = ("first", "second")
         "SELECT joined_first.first_rows, joined_second.*\n"
         f"FROM joined_first LEFT JOIN (\n{final_2}\n) AS joined_second ON true"
     )
+
+
+def positional(statement: str) -> tuple[bytes, tuple[str, ...]]:
+    """``statement`` with its named placeholders (``%(name)s``) as PostgreSQL's ``$1``,
+    ``$2``… (``%%`` as ``%``), encoded, and the names in that order: for a
+    ``psycopg.RawCursor``, which sends it as it is (psycopg converts a named statement on
+    every call when it is longer than 4 kB). ``RuntimeError`` for a stray ``%``."""
+    order: dict[str, int] = {}
+
+    def number(found: re.Match[str]) -> str:
+        name = found.group(1)
+        if name is None:
+            if found.group(0) == "%":
+                raise RuntimeError(f"a stray % in a statement: {statement[:60]!r}…")
+            return "%"
+        return f"${order.setdefault(name, len(order) + 1)}"
+
+    text = _NAMED.sub(number, statement)
+    return text.encode(), tuple(order)
 
 
 QUERIES: dict[str, str] = _load()

@@ -40,7 +40,7 @@ from sheetq.model import MAX_ERROR_CHARS, MAX_RESULT_CHARS, Event, Status
 from sheetq.policy import due_since, expiry, outcome_message, recover
 from sheetq.postgres import schema
 from sheetq.postgres.connection import connect, explain
-from sheetq.postgres.queries import QUERIES
+from sheetq.postgres.queries import QUERIES, positional
 from sheetq.redact import printable, shorten
 from sheetq.retry import Decision
 
@@ -54,6 +54,7 @@ HOT_SESSION = (
     "SET enable_sort = off",
     "SET enable_bitmapscan = off",
 )
+TURN = positional(QUERIES["settle_and_claim"])  # a worker's turn, for a RawCursor
 RECOVER_LIMIT = 100  # expired leases recovered per transaction (the rest: the next one)
 EXPIRE_LIMIT = 1000  # tasks past max_age failed per transaction (the rest: the next one)
 
@@ -278,7 +279,9 @@ class RunDb:
         self.conn = self._connect()
 
     def _connect(self) -> psycopg.Connection[Any]:
-        conn = connect(self.url)
+        # autocommit: a statement sent alone is its own transaction (``_alone``); every other
+        # write is in ``transaction()``, which opens one explicitly
+        conn = connect(self.url, autocommit=True)
         conn.row_factory = dict_row
         return conn
 
@@ -537,7 +540,7 @@ class RunDb:
             **_settle_params(self.queue, run_id, outcomes),
             **self._claim_params(run_id, limit, types),
         }
-        rows = self._alone(QUERIES["settle_and_claim"], params)
+        rows = self._alone(TURN, params)
         landed = {int(n) for n in (rows[0]["first_rows"] or [])} if rows else set()
         claimed = _claimed([r for r in rows if r["task_id"] is not None])
         if len(landed) < len(outcomes):
@@ -545,22 +548,23 @@ class RunDb:
                 landed |= self._refuse(conn, run_id, outcomes, landed)
         return [n in landed for n in range(1, len(outcomes) + 1)], claimed
 
-    def _alone(self, query: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """Run one statement as its own transaction (autocommit: no BEGIN and COMMIT round
-        trips; in a transaction that pins a test clock's time when there is one) and return
-        its rows. Database errors as in ``transaction``."""
+    def _alone(
+        self, statement: tuple[bytes, tuple[str, ...]], params: Mapping[str, Any]
+    ) -> list[dict[str, Any]]:
+        """Run one statement (``positional``) as its own transaction and return its rows: on
+        the autocommit connection, no BEGIN and COMMIT round trips; in a transaction that
+        pins a test clock's time when there is one. Database errors as in ``transaction``."""
+        query, names = statement
+        values = [params[name] for name in names]
         if self.pinned:
             with self.transaction() as conn:
-                return conn.execute(query, params).fetchall()
+                return (
+                    psycopg.RawCursor(conn, row_factory=dict_row).execute(query, values).fetchall()
+                )
         self.requests_made += 1
-        conn = self.conn
         try:
-            conn.autocommit = True
-            try:
-                return conn.execute(query, params).fetchall()
-            finally:
-                if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
-                    conn.autocommit = False  # a lost connection is replaced by reconnect()
+            cursor = psycopg.RawCursor(self.conn, row_factory=dict_row)
+            return cursor.execute(query, values).fetchall()
         except psycopg.Error as exc:
             raise explain(exc, self.url) from None
 

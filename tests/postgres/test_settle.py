@@ -108,8 +108,7 @@ def test_a_claim_skips_a_task_whose_key_another_task_holds(
 def test_a_turn_on_the_server_clock_is_one_transaction_settle_logged_first(pg_url: str) -> None:
     """On the server's clock (no test clock to pin), a turn is one statement sent alone: two
     outcomes and two claims land in ONE transaction, the outcomes' log rows before the
-    claims' (as when settle and claim were two statements), and the connection is back
-    in its own (transactional) mode afterwards."""
+    claims' (as when settle and claim were two statements)."""
     write_config('[types.job]\ncommand = ["true"]\n')
     lines = "".join(f'{{"n": {i}}}\n' for i in range(4))
     assert run_cli(["enqueue", "job", "--jsonl", "-"], input=lines).code == 0
@@ -121,7 +120,6 @@ def test_a_turn_on_the_server_clock_is_one_transaction_settle_logged_first(pg_ur
         outcomes = [_done(db, c, "run-a") for c in first]
         landed, more = db.settle_and_claim("run-a", outcomes, 2, types)
         assert landed == [True, True] and len(more.claims) == 2
-        assert not db.conn.autocommit
     finally:
         db.close()
     with psycopg.connect(pg_url) as conn:

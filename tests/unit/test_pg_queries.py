@@ -42,3 +42,12 @@ def test_two_statements_join_into_one_unless_their_cte_names_clash() -> None:
     with pytest.raises(RuntimeError, match="cannot be joined"):
         queries.joined("SELECT 1", second)
     assert "settle_and_claim" in queries.QUERIES
+
+
+def test_a_named_statement_becomes_positional_for_a_raw_cursor() -> None:
+    query, names = queries.positional("SELECT %(b)s, %(a)s, %(b)s, 5 %% 2")
+    assert (query, names) == (b"SELECT $1, $2, $1, 5 % 2", ("b", "a"))
+    with pytest.raises(RuntimeError, match="stray"):
+        queries.positional("SELECT 100%")
+    turn, params = queries.positional(queries.QUERIES["settle_and_claim"])
+    assert b"%(" not in turn and {"queue", "run", "ids", "limit"} <= set(params)
