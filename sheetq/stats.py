@@ -31,8 +31,8 @@ it (always a value that occurred).
 Failures by error class: QueueLog has no ``error_class`` column. An ``expired`` row is
 ``expired``; a ``failed`` row's message starts with its class as sheetq writes it
 (``permanent: exit 65 …``, ``logged_class``), so each failure counts under its own class,
-even after a requeue. Otherwise (a lost outcome recovered as ``failed``, a message a person
-changed) the class is the task's row's ``error_class`` — in Queue, else in QueueArchive —
+even after a requeue (a lost outcome's ``recovered`` row too: ``unknown: …``). Otherwise (a
+message a person changed, a log written before this rule) the class is the task's row's ``error_class`` — in Queue, else in QueueArchive —
 while that row is still ``failed`` (the row holds the class of its latest failure). A row
 that has moved on (requeued, done since) or is gone no longer records why that failure
 happened: it counts as ``unrecorded``.

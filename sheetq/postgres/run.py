@@ -620,7 +620,7 @@ class RunDb:
                         now=now,
                         fence=str(record["lease_owner"]),
                         event=Event.RECOVERED,
-                        message=decision.message,
+                        message=outcome_message(decision),  # "unknown: …", as on a sheet
                         duration_ms=None,
                     )
                 )

@@ -404,7 +404,8 @@ def plan_batch(
                 continue
             decision = recover(row.retry_count, config, now, rng)
             change(row, **decision_values(decision, row, config))
-            log(row, Event.RECOVERED, decision.status, decision.retry_count, decision.message)
+            message = outcome_message(decision)  # "unknown: lease expired …": stats reads the class
+            log(row, Event.RECOVERED, decision.status, decision.retry_count, message)
             plan.recovered += 1
             plan.failed += decision.status is Status.FAILED
             continue

@@ -289,6 +289,29 @@ def test_error_class_of_an_archived_failure_is_read_from_the_archive(
     assert doc["failed_by_error_class"] == {"permanent": 1, "unrecorded": 1}
 
 
+def test_a_lost_outcome_counts_as_unknown_after_its_requeue(
+    book: Book, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task whose run died (its lease ran out while `processing`) is recovered as failed,
+    error class unknown; after a person requeues it, stats still counts that failure as
+    `unknown`: the recovered log row starts with its class, as a handler's failure does."""
+    ok = "import sys\nsys.stdin.read()\n"
+    write_config(f"[types.job]\ncommand = {_command(tmp_path, 'ok', ok)}\n")
+    _at(monkeypatch, T0)
+    task = _enqueue({"n": 1})
+    row = int(book.row_of(task)["_row"]) if "_row" in book.row_of(task) else 2
+    book.set_cell("Queue", row, "status", "processing")
+    book.set_cell("Queue", row, "lease_owner", "run_gone")
+    book.set_cell("Queue", row, "lease_until", "2026-01-05T09:00:00Z")
+    _at(monkeypatch, T0 + timedelta(minutes=5))
+    r = run_cli(["process", "--json"])
+    assert r.code == 0 and r.json()["recovered"] == 1, r.stdout + r.stderr
+    assert book.row_of(task)["error_class"] == "unknown"
+    assert run_cli(["requeue", "--task", task]).code == 0
+    doc = run_cli(["stats", "--since", "1d", "--json"]).json()
+    assert doc["failed"] == 1 and doc["failed_by_error_class"] == {"unknown": 1}
+
+
 @pytest.mark.google
 def test_google_stats_costs_two_requests(
     sheets_emulator: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
