@@ -32,10 +32,10 @@ Failures by error class: QueueLog has no ``error_class`` column. An ``expired`` 
 ``expired``; a ``failed`` row's message starts with its class as sheetq writes it
 (``permanent: exit 65 …``, ``logged_class``), so each failure counts under its own class,
 even after a requeue (a lost outcome's ``recovered`` row too: ``unknown: …``). Otherwise (a
-message a person changed, a log written before this rule) the class is the task's row's ``error_class`` — in Queue, else in QueueArchive —
-while that row is still ``failed`` (the row holds the class of its latest failure). A row
-that has moved on (requeued, done since) or is gone no longer records why that failure
-happened: it counts as ``unrecorded``.
+message a person changed, a log written before this rule) the class is the task's row's
+``error_class`` — in Queue, else in QueueArchive — while that row is still ``failed`` (the
+row holds the class of its latest failure). A row that has moved on (requeued, done since)
+or is gone no longer records why that failure happened: it counts as ``unrecorded``.
 
 ``oldest_waiting_seconds``: from Queue, the largest now − ``created_at`` over
 ``pending``/``retry`` rows.
