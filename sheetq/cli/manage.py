@@ -12,6 +12,7 @@ from sheetq.errors import UsageError
 from sheetq.wording import places
 
 if TYPE_CHECKING:
+    from sheetq.config import Settings
     from sheetq.model import Status
     from sheetq.port import ChangeReport, TaskState
 
@@ -192,6 +193,25 @@ def _why_not_requeued(
     return "it did not match the filters"
 
 
+ARCHIVE_LOOKUPS = 3  # unknown task ids looked up in the archive (a read each on Google)
+
+
+def _missing(task_id: str, settings: Settings, *, look: bool) -> str:
+    """Why a named task is not in the queue: archived (``sheetq show`` finds it in the
+    archive; only ``look``ed up for the first few), or no such task."""
+    from sheetq.cli.app import state
+
+    where = places(settings)
+    if look:
+        found = state.queue().show(task_id).found
+        if found and all(sheet != settings.queue_sheet for sheet, _ in found):
+            return (
+                f"archived (in {where.archive}); requeue and skip change tasks in "
+                f"{where.queue} only (`sheetq show {task_id}` shows it)"
+            )
+    return f"no such task in {where.queue}"
+
+
 def _why_not_skipped(row: TaskState) -> str:
     """Why ``skip`` left this named task alone."""
     from sheetq.model import Status
@@ -252,8 +272,8 @@ def _report(
             )
         if picked or not task_ids:  # a refusal of every named task is said on stderr alone
             echo(f"{'would be ' if dry_run else ''}{done_word}: {len(picked)}")
-    for task_id in unknown:
-        warn(f"{task_id}: no such task in {places(settings).queue}")
+    for index, task_id in enumerate(unknown):
+        warn(f"{task_id}: {_missing(task_id, settings, look=index < ARCHIVE_LOOKUPS)}")
     for task_id in refused:
         warn(f"{task_id}: not {done_word}: {why(report.by_id[task_id])}")
     if task_ids and not picked:  # asked to act on named tasks, acted on none: a refusal

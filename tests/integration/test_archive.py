@@ -173,6 +173,11 @@ def test_archived_keys_still_deduplicate(
     doc = run_cli(["show", ids["done1"], "--json"]).json()
     assert [row.get("worksheet") for row in doc["rows"]] == ["QueueArchive"]
     assert [e["event"] for e in doc["log"]][-1] in ("archived", "duplicate", "conflict")
+    for verb in ("requeue", "skip"):  # an archived task is named as archived, not unknown
+        r = run_cli(
+            [verb, "--task", ids["done1"], "--status", "done"][: 3 if verb == "skip" else 5]
+        )
+        assert r.code == 2 and ": archived (in " in r.stderr, r.stderr
 
 
 def test_dry_run_counts_and_changes_nothing(
