@@ -737,6 +737,12 @@ def _settings(
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise ConfigError(f"[queue].batch_size: expected a whole number ≥ 1, got {batch_size!r}")
     written_lock_dir = _text("[queue].lock_dir", queue.get("lock_dir", ""), "a folder path")
+    if "lock_dir" in queue and not written_lock_dir.strip():
+        raise ConfigError("[queue].lock_dir: expected a folder path, got an empty one")
+    if written_lock_dir and not Path(written_lock_dir).expanduser().is_absolute():
+        # like handlers' cwd: relative to sheetq.toml, so cron (in $HOME) and a person (in
+        # the app folder) share one host lock, journal and handler groups
+        written_lock_dir = str(base_dir / written_lock_dir)
     lock_dir = env.get("SHEETQ_LOCK_DIR") or written_lock_dir or _default_lock_dir(env)
     template = (
         _text("[telegram].template", telegram_raw["template"], "a file path")

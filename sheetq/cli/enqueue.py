@@ -161,6 +161,7 @@ def enqueue(
     from sheetq.config import TYPE_PATTERN, TYPE_RULE  # one rule for the CLI and sheetq.toml
     from sheetq.idempotency import parse_payload
     from sheetq.order import clean_group
+    from sheetq.times import format_not_before
 
     if not TYPE_PATTERN.match(task_type):
         raise UsageError(f"TYPE {task_type!r}: {TYPE_RULE}")
@@ -281,7 +282,7 @@ def enqueue(
             }
         )
     elif result.outcome == "enqueued":
-        when = f", not before {tasks[0].not_before:%Y-%m-%dT%H:%M:%SZ}" if not_before else ""
+        when = f", not before {format_not_before(not_before)}" if not_before else ""
         if not_before and config.policy.max_age is not None:
             # max_age counts from when the task is due: its creation or its not-before time,
             # whichever is later (sheetq.sheet.plan, step 3)

@@ -177,6 +177,7 @@ def test_bad_config_exit_2(book: Book, config: str, fragment: str) -> None:
     ("config", "message"),
     [
         ("[queue]\nlock_dir = 5\n", "[queue].lock_dir: expected a folder path (text), got 5"),
+        ('[queue]\nlock_dir = "  "\n', "[queue].lock_dir: expected a folder path, got an empty"),
         ("[queue]\nspreadsheet = 5\n", "[queue].spreadsheet: expected a Google Sheets"),
         ("[queue]\nqueue_sheet = 5\n", "[queue].queue_sheet: expected a worksheet title (text)"),
         ('[queue]\nlog_sheet = ""\n', "[queue].log_sheet: an empty worksheet title; remove"),

@@ -112,3 +112,25 @@ def test_missing_spreadsheet_names_both_forms() -> None:
     with pytest.raises(ConfigError) as info:
         load_settings(env={})
     assert "SHEETQ_SPREADSHEET" in info.value.message and "local:PATH" in info.value.message
+
+
+def test_a_relative_lock_dir_is_the_config_files_folders(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`[queue] lock_dir = "locks"` is beside sheetq.toml wherever sheetq is started from (cron
+    starts in $HOME), as a type's `cwd` is; SHEETQ_LOCK_DIR is taken as given."""
+    from sheetq.config import load_settings
+
+    app = tmp_path / "app"
+    app.mkdir()
+    config = app / "sheetq.toml"
+    config.write_text('[queue]\nlock_dir = "locks"\n', encoding="utf-8")
+    elsewhere = tmp_path / "home"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    settings = load_settings(config=str(config), env={}, require_spreadsheet=False)
+    assert settings.lock_dir == app.resolve() / "locks"
+    env = {"SHEETQ_LOCK_DIR": "/srv/locks"}
+    assert load_settings(config=str(config), env=env, require_spreadsheet=False).lock_dir == (
+        Path("/srv/locks")
+    )
