@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from sheetq.cli._flags import duration_flag
 from sheetq.cli._output import echo, emit_json, warn
-from sheetq.errors import UsageError
 
 TASK_IDS_SHOWN = 1000  # at most this many task ids in the --json document
 
@@ -56,23 +56,14 @@ def archive(
       sheetq archive --log-older-than 90d
     """
     from sheetq.cli.app import state
-    from sheetq.times import format_ts, parse_duration
+    from sheetq.times import format_ts
 
     if older_than is None and log_older_than is None:
         older_than = "30d"  # `sheetq archive` alone keeps its documented meaning
-    try:
-        seconds = (
-            None
-            if older_than is None
-            else parse_duration(older_than, what="--older-than", require_unit=True)
-        )
-        log_seconds = (
-            None
-            if log_older_than is None
-            else parse_duration(log_older_than, what="--log-older-than", require_unit=True)
-        )
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    seconds = None if older_than is None else duration_flag(older_than, "--older-than")
+    log_seconds = (
+        None if log_older_than is None else duration_flag(log_older_than, "--log-older-than")
+    )
     from sheetq.wording import places
 
     where = places(state.settings())

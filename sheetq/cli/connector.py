@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from sheetq.cli._flags import duration_flag
 from sheetq.cli._output import echo, emit_json, table
 
 if TYPE_CHECKING:
@@ -121,15 +122,11 @@ def pause(
     """
     from sheetq.cli.app import state
     from sheetq.errors import UsageError
-    from sheetq.times import parse_duration
 
     _one_line_reason(reason)
     seconds = None
     if for_ is not None:
-        try:
-            seconds = parse_duration(for_, what="--for", require_unit=True)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
+        seconds = duration_flag(for_, "--for")
         if seconds <= 0:
             raise UsageError(f"--for: expected a duration above 0, got {for_!r}")
     view = state.queue().connector_pause(name, seconds=seconds, reason=reason, clock=state.clock())

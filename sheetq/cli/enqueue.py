@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from sheetq.cli._flags import duration_flag
 from sheetq.cli._output import echo, emit_json, warn
 from sheetq.errors import ConflictError, InputError, UsageError
 
@@ -53,15 +54,12 @@ def _read_source(payload: str | None, file: str | None) -> tuple[str, str]:
 
 
 def _when(delay: str | None, at: str | None, tz_name: str) -> datetime | None:
-    from sheetq.times import Unparseable, parse_duration, parse_ts, zone
+    from sheetq.times import Unparseable, parse_ts, zone
 
     if delay and at:
         raise UsageError("give --delay or --at, not both")
     if delay:
-        try:
-            seconds = parse_duration(delay, what="--delay", require_unit=True)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
+        seconds = duration_flag(delay, "--delay")
         from sheetq.cli.app import state
 
         return state.clock().now() + timedelta(seconds=seconds)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from sheetq.cli._flags import duration_flag
 from sheetq.cli._output import echo, emit_json, err, stdout_kept_for_sheetq, warn
 from sheetq.errors import Interrupted, UsageError
 from sheetq.summary import interrupted_json
@@ -71,16 +72,12 @@ def process(
     """
     from sheetq.cli.app import state
     from sheetq.summary import RunOptions, summary_line
-    from sheetq.times import parse_duration
 
     if until_empty and max_batches is not None:
         raise UsageError("give --max-batches or --until-empty, not both")
     runtime = None
     if max_runtime is not None:
-        try:
-            runtime = parse_duration(max_runtime, what="--max-runtime", require_unit=True)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
+        runtime = duration_flag(max_runtime, "--max-runtime")
     quiet = quiet or state.quiet
     settings = state.settings()
     _check_types(types or (), settings)

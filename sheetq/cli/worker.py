@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from sheetq.cli._flags import duration_flag
 from sheetq.cli._output import echo, stdout_kept_for_sheetq, warn
 from sheetq.errors import UsageError
 
@@ -60,12 +61,8 @@ def worker(
     """
     from sheetq.cli.app import state
     from sheetq.cli.process import _check_types
-    from sheetq.times import parse_duration
 
-    try:
-        every = parse_duration(poll, what="--poll", require_unit=True)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    every = duration_flag(poll, "--poll")
     if every < 0.1:
         raise UsageError(f"--poll: {poll!r} is shorter than 0.1s")
     settings = state.settings()
